@@ -1,0 +1,260 @@
+"""The shared analysis layer: one object per linted file that rules ask questions of.
+
+`FileAnalysis` resolves imports, indexes functions and classes, runs the order-aware flow
+analysis once per function (lazily, memoised, with a guard against recursion), and answers
+interprocedural questions ("does this loop, directly or through the helpers it calls, run a
+backward pass?") from per-function summaries. Cost is linear in the size of the file: each
+function body is walked a bounded number of times, whatever the number of rules.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from . import torchapi as api
+from . import values as V
+from .events import FunctionFacts, LocalCall, Site
+from .flow import FlowAnalyzer
+from .imports import ImportTable
+from .astutil import dotted
+from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
+from .values import UNKNOWN, Value
+
+__all__ = ["FileAnalysis", "FunctionInfo", "ClassInfo", "FunctionFacts", "Site"]
+
+FRAMEWORK_IMPORTS = {
+    "lightning": ("lightning", "pytorch_lightning", "lightning.pytorch"),
+    "fabric": ("lightning.fabric", "lightning_fabric", "lightning.Fabric"),
+    "accelerate": ("accelerate",),
+    "transformers": ("transformers", "trl"),
+    "deepspeed": ("deepspeed",),
+}
+
+
+class FileAnalysis:
+    def __init__(self, tree: ast.Module, filename: str = "<stdin>") -> None:
+        self.tree = tree
+        self.filename = filename
+        self.imports = ImportTable(tree)
+        self.index = FileIndex(tree, self.imports)
+        self._facts: Dict[FunctionInfo, FunctionFacts] = {}
+        self._in_progress: set = set()
+        self._global_env: Optional[Dict[str, Value]] = None
+        self._globals_pending = False
+        self._module_facts: Optional[FunctionFacts] = None
+        self._transitive: Dict[Tuple[str, FunctionInfo], bool] = {}
+        self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
+
+    # ------------------------------------------------------------------ file facts
+    @property
+    def is_test_file(self) -> bool:
+        base = os.path.basename(self.filename)
+        return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+
+    def uses_framework(self, name: str) -> bool:
+        return self.imports.imports_any(*FRAMEWORK_IMPORTS[name])
+
+    # ------------------------------------------------------------------ flow facts
+    @property
+    def module_facts(self) -> FunctionFacts:
+        if self._module_facts is None:
+            facts = FunctionFacts(func=None)
+            analyzer = FlowAnalyzer(self, None, facts, {}, {}, recording=True)
+            analyzer.run(self.tree.body)
+            facts.env = analyzer.env
+            self._module_facts = facts
+        return self._module_facts
+
+    @property
+    def global_env(self) -> Dict[str, Value]:
+        """Module-level names as the module body leaves them (constructors, constants)."""
+        if self._global_env is None:
+            # A cheap pass that does not follow calls into the file's own functions: their
+            # summaries need these globals, so they are computed after.
+            self._globals_pending = True
+            try:
+                analyzer = FlowAnalyzer(self, None, FunctionFacts(func=None), {}, {},
+                                        recording=False)
+                analyzer.run(self.tree.body)
+            finally:
+                self._globals_pending = False
+            self._global_env = analyzer.env
+        return self._global_env
+
+    def facts_for(self, func: FunctionInfo) -> FunctionFacts:
+        cached = self._facts.get(func)
+        if cached is not None:
+            return cached
+        if func in self._in_progress or self._globals_pending:
+            return FunctionFacts(func=func)   # recursion, or module globals still being built
+        self._in_progress.add(func)
+        try:
+            facts = FunctionFacts(func=func)
+            analyzer = FlowAnalyzer(self, func, facts, self._param_env(func), self.global_env)
+            analyzer.run(func.node.body)
+            facts.env = analyzer.env
+        finally:
+            self._in_progress.discard(func)
+        self._facts[func] = facts
+        return facts
+
+    def all_facts(self) -> Iterator[FunctionFacts]:
+        """The module body, then every function, in source order."""
+        yield self.module_facts
+        for func in self.index.functions:
+            yield self.facts_for(func)
+
+    def _param_env(self, func: FunctionInfo) -> Dict[str, Value]:
+        env: Dict[str, Value] = {}
+        for i, name in enumerate(func.params):
+            tags = set()
+            cls = None
+            if i == 0 and func.cls is not None and name == "self":
+                tags.add(V.SELF)
+                cls = func.cls
+                if func.cls.is_module:
+                    tags.add(V.MODULE)
+            elif api.MODEL_PARAM_RE.match(name):
+                tags.add(V.MODULE)
+            elif api.OPTIMIZER_NAME_RE.search(name) and not api.SCHEDULER_NAME_RE.search(name):
+                tags.add(V.OPTIMIZER)
+            elif name == "accelerator":
+                tags.add(V.ACCELERATOR)
+            elif name in ("scaler", "grad_scaler"):
+                tags.add(V.SCALER)
+            elif name in ("criterion", "loss_fn", "loss_fct", "loss_func"):
+                tags.add(V.LOSS_FN)
+            env[name] = Value(tags=frozenset(tags), params=frozenset({i}), cls=cls)
+        return env
+
+    def class_attr(self, cls: ClassInfo, text: str) -> Optional[Value]:
+        """What `self.x` holds, as the class's `__init__` (or a base's) leaves it."""
+        init = cls.method("__init__")
+        if init is None or init in self._in_progress:
+            return None
+        value = self.facts_for(init).env.get(text)
+        if value is None:
+            return None
+        return Value(grad=value.grad, leaf=value.leaf, graphs=value.graphs, origin=value.origin,
+                     tags=value.tags, cls=value.cls, node=value.node, fields=value.fields,
+                     activation=value.activation, elements=value.elements)
+
+    # ------------------------------------------------------------------ interprocedural
+    def callers(self, func: FunctionInfo) -> List[Tuple[FunctionFacts, LocalCall]]:
+        if self._callers is None:
+            table: Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]] = {}
+            for facts in self.all_facts():
+                for call in facts.local_calls:
+                    table.setdefault(call.callee, []).append((facts, call))
+            self._callers = table
+        return self._callers.get(func, [])
+
+    def wrapped_in_no_grad_by_caller(self, func: FunctionInfo) -> bool:
+        """Some call of `func` in this file runs with autograd off (one level up)."""
+        return any(call.site.no_grad for _, call in self.callers(func))
+
+    def function_does(self, func: FunctionInfo, what: str) -> bool:
+        """Transitive: `func` or something it calls does `what` (see `_DIRECT`)."""
+        key = (what, func)
+        if key in self._transitive:
+            return self._transitive[key]
+        self._transitive[key] = False   # recursion guard: assume no
+        facts = self.facts_for(func)
+        result = _DIRECT[what](facts, None) or any(
+            self.function_does(call.callee, what) for call in facts.local_calls)
+        self._transitive[key] = result
+        return result
+
+    def loop_does(self, facts: FunctionFacts, loop: ast.AST, what: str) -> bool:
+        """The body of `loop` does `what`, directly or through a function it calls."""
+        if _DIRECT[what](facts, loop):
+            return True
+        return any(self.function_does(call.callee, what)
+                   for call in facts.local_calls if loop in call.site.loops)
+
+    def loop_sites(self, facts: FunctionFacts, loop: ast.AST, what: str) -> List[Site]:
+        """Sites in `loop` that do `what`: direct events and calls of helpers that do it."""
+        sites = [s for s in _SITES[what](facts) if loop in s.loops]
+        sites += [c.site for c in facts.local_calls
+                  if loop in c.site.loops and self.function_does(c.callee, what)]
+        return sites
+
+    def training_loops(self, facts: FunctionFacts) -> List[ast.AST]:
+        return [loop for loop in facts.loops if self.loop_does(facts, loop, "backward")]
+
+    def innermost_loops_doing(self, facts: FunctionFacts, *what: str) -> List[ast.AST]:
+        """Loops doing all of `what` (directly or via helpers) with no nested loop that does."""
+        doing = [loop for loop in facts.loops
+                 if all(self.loop_does(facts, loop, w) for w in what)]
+        ancestors = set()
+        for loop in doing:
+            parent = facts.loop_parents.get(loop)
+            while parent is not None:
+                ancestors.add(parent)
+                parent = facts.loop_parents.get(parent)
+        return [loop for loop in doing if loop not in ancestors]
+
+    def scope_does(self, facts: FunctionFacts, site: Site, what: str) -> bool:
+        """The innermost loop around `site` (or, outside loops, its function) does `what`."""
+        if site.loops:
+            return self.loop_does(facts, site.loops[-1], what)
+        if facts.func is not None:
+            return self.function_does(facts.func, what)
+        return _DIRECT[what](facts, None)
+
+    # ------------------------------------------------------------------ evaluation code
+    def evaluation_reason(self, facts: FunctionFacts, site: Site) -> Optional[str]:
+        """Why `site` is evaluation code (the spec's three ways), or None."""
+        func = facts.func
+        if func is not None and func.evaluation_by_name(self.is_test_file):
+            if not func.name.lower().startswith("test") or site.loops:
+                return f"`{func.name}()` is evaluation code by its name"
+        for loop in reversed(site.loops):
+            name = iterated_name(loop)
+            if name and VAL_LOADER_RE.match(name):
+                return f"the loop at line {loop.lineno} iterates `{name}`"
+        if site.eval_mode:
+            return "it runs after `.eval()` in the same scope"
+        return None
+
+    def framework_owned(self, func: Optional[FunctionInfo]) -> Optional[str]:
+        """The framework that runs `func`'s loop and manages grads/modes, if any."""
+        cls = func.cls if func is not None else None
+        while func is not None and cls is None:
+            func = func.parent
+            cls = func.cls if func is not None else None
+        if cls is None:
+            return None
+        if cls.is_lightning:
+            return "Lightning"
+        if cls.is_hf_trainer:
+            return "HF Trainer"
+        return None
+
+
+def iterated_name(loop: ast.AST) -> Optional[str]:
+    """`val_loader` for `for b in tqdm(enumerate(val_loader)):`; None for while loops."""
+    expr = getattr(loop, "iter", None)
+    while isinstance(expr, ast.Call) and expr.args:
+        expr = expr.args[0]
+    text = dotted(expr) if expr is not None else None
+    return text.rsplit(".", 1)[-1] if text else None
+
+
+def _in(loop):
+    return lambda site: loop is None or loop in site.loops
+
+
+_SITES: Dict[str, Callable[[FunctionFacts], List[Site]]] = {
+    "backward": lambda f: [b.site for b in f.backwards],
+    "step": lambda f: [s.site for s in f.steps],
+    "reset": lambda f: list(f.resets),
+    "eval": lambda f: [m.site for m in f.modes if m.mode == "eval"],
+    "train": lambda f: [m.site for m in f.modes if m.mode == "train"],
+    "forward": lambda f: [fw.site for fw in f.forwards],
+}
+_DIRECT: Dict[str, Callable[[FunctionFacts, Optional[ast.AST]], bool]] = {
+    what: (lambda get: lambda facts, loop: any(_in(loop)(s) for s in get(facts)))(get)
+    for what, get in _SITES.items()
+}

@@ -1,0 +1,65 @@
+"""Tiny helpers over stdlib `ast` nodes shared by the analysis and the rules."""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+
+def dotted(expr: ast.AST) -> Optional[str]:
+    """`self.model.fc` -> "self.model.fc"; None for anything that is not a name chain."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def call_attr(call: ast.Call) -> Optional[str]:
+    """The method name of `x.meth(...)`, else None."""
+    return call.func.attr if isinstance(call.func, ast.Attribute) else None
+
+
+def callee_name(call: ast.Call) -> Optional[str]:
+    """Last name of the callee: `F.softmax(...)` -> "softmax", `evaluate(...)` -> "evaluate"."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def is_const(expr: Optional[ast.AST], value: object) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is value
+
+
+def short(node: ast.AST, limit: int = 40) -> str:
+    """Source-like text of a node for messages, shortened to one readable token."""
+    try:
+        text = ast.unparse(node)
+    except Exception:  # pragma: no cover - ast.unparse handles every node of a parsed tree
+        return "<expr>"
+    text = " ".join(text.split())
+    if isinstance(node, ast.Call):
+        head = ast.unparse(node.func)
+        text = f"{head}(...)" if node.args or node.keywords else f"{head}()"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def contains_mod(expr: ast.AST) -> bool:
+    """True when `expr` has a `%` between non-literals: the shape of a counter test."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            if not isinstance(node.left, ast.Constant):
+                return True
+    return False

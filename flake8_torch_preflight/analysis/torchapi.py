@@ -1,0 +1,147 @@
+"""What the analysis knows about the torch API and the training frameworks.
+
+Everything here is keyed by *qualified* names (see `imports.py`) or by tensor method names,
+so a table entry is a fact about torch, not a guess about how a user spells a variable.
+"""
+from __future__ import annotations
+
+import re
+
+# --- values that carry (or break) an autograd graph ---------------------------------
+
+# Tensor methods whose result keeps the autograd graph of the receiver.
+GRAPH_KEEPING_METHODS = frozenset(
+    """sum mean view reshape to float half double bfloat16 cuda cpu contiguous clone squeeze
+    unsqueeze flatten permute transpose t expand expand_as repeat narrow chunk split unbind
+    exp log log_softmax softmax sigmoid tanh relu abs pow sqrt rsqrt neg clamp clamp_ clip
+    max min norm std var prod cumsum masked_fill gather index_select type_as view_as squeeze_
+    mul add sub div matmul mm bmm flip roll diag triu tril logsumexp square sin cos
+    __getitem__ type""".split()
+)
+
+# Tensor methods and attributes whose result holds no graph.
+GRAPH_BREAKING_METHODS = frozenset(
+    """detach detach_ item tolist numpy argmax argmin argsort size dim numel nelement
+    element_size data_ptr eq ne lt le gt ge isnan isinf isfinite all any nonzero
+    stride is_contiguous get_device""".split()
+)
+GRAPH_BREAKING_ATTRS = frozenset(
+    "data grad shape ndim dtype device is_cuda requires_grad grad_fn T_is_leaf".split()
+)
+# Methods whose result is a host Python value (a sync point when the tensor is on GPU).
+HOST_SYNC_METHODS = frozenset("item tolist numpy".split())
+
+PYTHON_BREAKERS = frozenset({"float", "int", "bool", "len", "str", "round", "repr", "isinstance"})
+
+TORCH_BREAKING_FUNCS = frozenset(
+    f"torch.{n}" for n in "argmax argmin argsort eq ne lt le gt ge isnan isinf isfinite numel "
+    "is_tensor zeros ones empty full arange linspace randn rand randint randperm zeros_like "
+    "ones_like empty_like full_like tensor as_tensor from_numpy manual_seed".split()
+)
+
+GRAD_DISABLING = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.inference_mode",
+    }
+)
+SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
+
+# --- constructors -------------------------------------------------------------------
+
+LOSS_FUNCTIONS = frozenset(
+    f"torch.nn.functional.{n}"
+    for n in "cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss "
+    "binary_cross_entropy binary_cross_entropy_with_logits kl_div cosine_embedding_loss "
+    "margin_ranking_loss triplet_margin_loss ctc_loss poisson_nll_loss gaussian_nll_loss "
+    "hinge_embedding_loss multilabel_margin_loss multilabel_soft_margin_loss "
+    "multi_margin_loss soft_margin_loss".split()
+)
+
+SOFTMAX_FUNCS = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
+LOG_SOFTMAX_FUNCS = frozenset(
+    {"torch.log_softmax", "torch.nn.functional.log_softmax", "torch.special.log_softmax"}
+)
+SIGMOID_FUNCS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
+SOFTMAX_MODULES = frozenset({"torch.nn.Softmax", "torch.nn.Softmax2d"})
+LOG_SOFTMAX_MODULES = frozenset({"torch.nn.LogSoftmax"})
+SIGMOID_MODULES = frozenset({"torch.nn.Sigmoid"})
+
+# Model factories outside torch.nn whose result is an nn.Module.
+MODEL_FACTORY_RE = re.compile(
+    r"^(transformers\.(Auto\w*Model\w*|\w*(Model|ForCausalLM|For\w+))\.from_pretrained"
+    r"|transformers\.\w*(Model|For\w+)"
+    r"|peft\.get_peft_model|peft\.PeftModel\.from_pretrained"
+    r"|timm\.create_model|torchvision\.models\.\w+|diffusers\.\w+Model\w*(\.from_pretrained)?"
+    r"|torch\.compile|torch\.jit\.script|torch\.nn\.parallel\.DistributedDataParallel"
+    r"|torch\.nn\.DataParallel|torch\.nn\.parallel\.DataParallel"
+    r"|torch\.distributed\.fsdp\.\w*FullyShardedDataParallel\w*"
+    r"|torch\.distributed\.fsdp\.FSDP)$"
+)
+
+OPTIMIZER_RE = re.compile(
+    r"^(torch\.optim\.(?!lr_scheduler)\w+|bitsandbytes\.optim\.\w+|bnb\.optim\.\w+"
+    r"|transformers\.(AdamW|Adafactor)|apex\.optimizers\.\w+|timm\.optim\.\w+"
+    r"|deepspeed\.ops\.\w+\.\w+|\w+(\.\w+)*\.(\w*Optimizer|AdamW|SGD|Adam|Lion|Adafactor))$"
+)
+OPTIMIZER_FACTORY_RE = re.compile(r"^(timm\.optim\.create_optimizer\w*)$")
+SCHEDULER_RE = re.compile(
+    r"^(torch\.optim\.lr_scheduler\.\w+|transformers\.get_\w*schedule\w*"
+    r"|transformers\.optimization\.get_\w*schedule\w*|timm\.scheduler\.\w+)$"
+)
+SCALER_NAMES = frozenset(
+    {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler",
+     "torch.GradScaler"}
+)
+DATALOADER_NAMES = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DISTRIBUTED_SAMPLERS = frozenset(
+    {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+)
+DDP_WRAPPERS = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+        "torch.distributed.fsdp.FSDP",
+        "torch.distributed.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard",
+    }
+)
+
+ACCELERATOR_NAMES = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+FABRIC_NAMES = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"})
+DEEPSPEED_INIT = frozenset({"deepspeed.initialize"})
+
+LIGHTNING_MODULES = frozenset(
+    {"lightning.LightningModule", "lightning.pytorch.LightningModule",
+     "pytorch_lightning.LightningModule", "pytorch_lightning.core.LightningModule",
+     "pytorch_lightning.core.module.LightningModule", "lightning.pytorch.core.LightningModule"}
+)
+HF_TRAINERS = frozenset(
+    {"transformers.Trainer", "transformers.Seq2SeqTrainer", "transformers.trainer.Trainer",
+     "trl.SFTTrainer", "trl.DPOTrainer", "transformers.TrainerCallback"}
+)
+NN_MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"}) | LIGHTNING_MODULES
+
+# Parameters whose name says they hold a model: the spec's "`model`-like parameter".
+MODEL_PARAM_RE = re.compile(r"^(model|net|network|module|encoder|decoder|generator|"
+                            r"discriminator|backbone|student|teacher|classifier|policy|critic|"
+                            r"actor|unet|vae|transformer|ddp_model|\w+_model|model_\w+)$")
+OPTIMIZER_NAME_RE = re.compile(r"(^|_)(optim|optimizer|opt)(\d*|_\w+)?$|^optimizer")
+SCHEDULER_NAME_RE = re.compile(r"sched")
+
+
+def is_torch_nn_class(qualname: str) -> bool:
+    """`torch.nn.Linear`: a module class (capitalised, directly under torch.nn)."""
+    if not qualname.startswith("torch.nn."):
+        return False
+    last = qualname.rsplit(".", 1)[-1]
+    return last[:1].isupper() and ".functional." not in qualname and ".init." not in qualname
+
+
+def is_loss_class(qualname: str) -> bool:
+    return is_torch_nn_class(qualname) and qualname.endswith("Loss")

@@ -1,0 +1,28 @@
+"""The rule contract: a rule asks the shared analysis questions and yields findings.
+
+A rule never walks the tree itself: loops, regions, provenance and summaries all come from
+`FileAnalysis`. Its module docstring is its documentation (docs and `explain` are generated
+from it), with the headings What it does / Why is this bad? / Example / Use instead /
+Fix safety / Known limits.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from ..analysis import FileAnalysis
+from ..analysis.events import Site
+from ..findings import ERROR, Finding
+
+
+class Rule:
+    code: str = ""
+    name: str = ""                 # kebab-case, names the flagged pattern
+    severity: str = ERROR          # the highest level the rule reports
+    fix_safety: Optional[str] = None   # None | "safe" | "unsafe"
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        raise NotImplementedError
+
+    def finding(self, site: Site, what: str, evidence: str, fix: str,
+                severity: Optional[str] = None) -> Finding:
+        return Finding(site.line, site.col, self.code, severity or self.severity, what, evidence, fix)

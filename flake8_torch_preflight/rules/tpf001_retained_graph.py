@@ -1,0 +1,141 @@
+"""TPF001 retained-graph: a grad-bearing value is stored across loop iterations.
+
+## What it does
+Reports a value that may carry a live autograd graph (a model output, a loss, anything
+computed from them) being stored, inside a loop, into something that outlives the iteration:
+`losses.append(loss)`, `history[k] = out`, `self.last = loss`, `total += loss` where the
+container or accumulator was created before the loop.
+
+It is an **error** when nothing in the same iteration runs backward through the stored graph:
+every iteration's activations stay in GPU memory and the run dies with an out-of-memory error
+after N steps. It is a **warning** when a backward pass over that graph already runs in the
+iteration: activations are freed, but the graph nodes still accumulate and the stored value
+stays differentiable.
+
+## Why is this bad?
+Autograd keeps every tensor it needs for the backward pass alive as long as something
+references the graph. A list of losses references all of them. Memory grows linearly with
+the number of steps until the job crashes, usually long after the bug was written.
+
+## Example
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss)
+```
+
+## Use instead
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss.detach())
+```
+
+## Fix safety
+Safe: appending `.detach()` to the stored expression keeps the value on its device and only
+drops the graph. The message suggests `.item()` only outside hot training loops, since
+`.item()` waits for the GPU (see TPF010).
+
+## Known limits
+Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
+comparisons, `argmax`, `torch.no_grad()`), when the container is created inside the loop,
+when the stored graphs are later consumed by a backward (`torch.stack(losses).sum().backward()`)
+or returned by the function (U-Net skip connections), for `nn.Parameter` leaves, and inside
+pytest `test_*` functions. Values whose origin the analysis cannot see (a call into another
+package) are assumed not to carry a graph.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Set
+
+from ..analysis import FileAnalysis
+from ..analysis.astutil import short
+from ..analysis.events import FunctionFacts, Store
+from ..findings import ERROR, WARNING, Finding
+from .base import Rule
+
+_VERBS = {"append": "appended to", "extend": "extended into", "insert": "inserted into",
+          "add": "added to", "update": "merged into", "setitem": "stored into",
+          "setattr": "assigned to", "augassign": "accumulated into"}
+
+
+class RetainedGraph(Rule):
+    code = "TPF001"
+    name = "retained-graph"
+    severity = ERROR
+    fix_safety = "safe"
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        consumed = _keys_consumed_by_backward(analysis)
+        for facts in analysis.all_facts():
+            func = facts.func
+            if func is not None and func.name.startswith("test_"):
+                continue
+            returned = facts.returns.containers
+            for store in facts.stores:
+                if self._quiet(store, consumed, returned):
+                    continue
+                yield self._report(analysis, facts, store)
+
+    @staticmethod
+    def _quiet(store: Store, consumed: Set[str], returned) -> bool:
+        value = store.value
+        if store.site.no_grad or not value.grad or value.leaf:
+            return True
+        innermost = store.site.loops[-1]
+        if innermost in store.fresh_in:
+            return True           # the container is created anew inside the loop
+        return store.key in consumed or store.key in returned
+
+    def _report(self, analysis: FileAnalysis, facts: FunctionFacts, store: Store) -> Finding:
+        loop = store.site.loops[-1]
+        stored = short(store.expr)
+        origin = store.value.origin
+        chain = f"`{stored}` ← `{origin[1]}` line {origin[0]}" if origin and origin[1] != stored \
+            else f"`{stored}` line {origin[0] if origin else store.site.line}"
+        where = (f"{_VERBS.get(store.how, 'stored into')} `{store.target}` (created before the loop) "
+                 f"inside the loop at line {loop.lineno}")
+        freeing = _backward_in_iteration(analysis, facts, store)
+        hot = analysis.loop_does(facts, loop, "backward")
+        detach = f"`{stored}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
+        fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
+        if freeing is None:
+            return self.finding(
+                store.site,
+                f"`{store.target}` keeps the autograd graph of every iteration alive",
+                f"{chain}; {where}; no backward frees it, so activations pile up until OOM",
+                fix, ERROR)
+        return self.finding(
+            store.site,
+            f"`{store.target}` keeps each iteration's autograd graph nodes alive",
+            f"{chain}; {where}; backward at line {freeing} frees activations but the stored "
+            f"value still references its graph",
+            fix, WARNING)
+
+
+def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
+    keys: Set[str] = set()
+    for facts in analysis.all_facts():
+        for backward in facts.backwards:
+            keys |= backward.value.containers
+    return keys
+
+
+def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: Store):
+    """Line of a backward in the same iteration that runs through the stored graph, if any."""
+    loop = store.site.loops[-1]
+    for backward in facts.backwards:
+        if loop in backward.site.loops and backward.value.graphs & store.value.graphs:
+            return backward.site.line
+    for call in facts.local_calls:
+        if loop in call.site.loops and analysis.function_does(call.callee, "backward"):
+            return call.site.line
+    return None
