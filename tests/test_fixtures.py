@@ -1,0 +1,45 @@
+"""Every fixture, through the real plugin class, must report exactly what it expects."""
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from fixture_format import FIXTURES, expectations, rule_fixtures
+from flake8_torch_preflight.plugin import TorchPreflightChecker
+
+CASES = rule_fixtures()
+
+
+def _findings(path):
+    source = path.read_text()
+    checker = TorchPreflightChecker(ast.parse(source), source.splitlines(True), str(path))
+    return source, [(line, col, message) for line, col, message, _ in checker.run()]
+
+
+@pytest.mark.parametrize("path", CASES, ids=[str(p.relative_to(FIXTURES)) for p in CASES])
+def test_fixture(path):
+    source, found = _findings(path)
+    own_code = path.parent.name
+    expected = expectations(source)
+    reported = set()
+    for line, _, message in found:
+        code, level = message.split()[0], message.split()[1]
+        if level == "[note]" and code != own_code and (line, code) not in expected:
+            continue
+        reported.add((line, code))
+    missing = sorted(expected - reported)
+    extra = sorted(reported - expected)
+    details = "\n".join(m for l, _, m in found if (l, m.split()[0]) in set(extra))
+    assert not missing and not extra, f"missing={missing} extra={extra}\n{details}"
+
+
+def test_every_rule_has_enough_cases():
+    from flake8_torch_preflight.rules import ALL_RULES
+
+    for rule in ALL_RULES:
+        files = list((FIXTURES / rule.code).glob("*.py"))
+        positives = [p for p in files if any(c == rule.code for _, c in expectations(p.read_text()))]
+        quiet = [p for p in files if p not in positives]
+        assert len(positives) >= 8, f"{rule.code}: {len(positives)} positive fixtures"
+        assert len(quiet) >= 8, f"{rule.code}: {len(quiet)} quiet fixtures"
