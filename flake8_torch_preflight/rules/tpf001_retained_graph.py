@@ -57,6 +57,7 @@ from __future__ import annotations
 from typing import Iterator, Set
 
 from ..analysis import FileAnalysis
+from ..analysis import values as V
 from ..analysis.astutil import short
 from ..analysis.events import FunctionFacts, Store
 from ..findings import ERROR, WARNING, Finding
@@ -79,7 +80,7 @@ class RetainedGraph(Rule):
             func = facts.func
             if func is not None and func.name.startswith("test_"):
                 continue
-            returned = facts.returns.containers
+            returned = _returned_for_backward(analysis, facts)
             for store in facts.stores:
                 if self._quiet(store, consumed, returned):
                     continue
@@ -119,6 +120,20 @@ class RetainedGraph(Rule):
             f"{chain}; {where}; backward at line {freeing} frees activations but the stored "
             f"value still references its graph",
             fix, WARNING)
+
+
+def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[str]:
+    """Containers whose graphs the function returns for a backward its caller runs: a loss
+    built from them (perceptual / chunked losses), or a module method's output (U-Net skip
+    connections consumed in `forward`). Other returns are judged by the file's backwards."""
+    returns = facts.returns
+    func = facts.func
+    if func is None or analysis.function_does(func, "backward"):
+        return set()              # it backwards them itself: the return is for logging
+    if (returns.has(V.LOSS) and not returns.has(V.CONTAINER)) or (
+            func.cls is not None and func.cls.is_module):
+        return set(returns.containers)
+    return set()
 
 
 def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
