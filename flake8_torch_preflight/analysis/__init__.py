@@ -43,6 +43,7 @@ class FileAnalysis:
         self._global_env: Optional[Dict[str, Value]] = None
         self._globals_pending = False
         self._module_facts: Optional[FunctionFacts] = None
+        self._by_loop: Dict[Tuple[int, str], Dict[ast.AST, List[Site]]] = {}
         self._transitive: Dict[Tuple[str, FunctionInfo], bool] = {}
         self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
 
@@ -155,30 +156,38 @@ class FileAnalysis:
         return any(call.site.no_grad for _, call in self.callers(func))
 
     def function_does(self, func: FunctionInfo, what: str) -> bool:
-        """Transitive: `func` or something it calls does `what` (see `_DIRECT`)."""
+        """Transitive: `func` or something it calls does `what` (see `_SITES`)."""
         key = (what, func)
         if key in self._transitive:
             return self._transitive[key]
         self._transitive[key] = False   # recursion guard: assume no
         facts = self.facts_for(func)
-        result = _DIRECT[what](facts, None) or any(
+        result = bool(_SITES[what](facts)) or any(
             self.function_does(call.callee, what) for call in facts.local_calls)
         self._transitive[key] = result
         return result
 
     def loop_does(self, facts: FunctionFacts, loop: ast.AST, what: str) -> bool:
         """The body of `loop` does `what`, directly or through a function it calls."""
-        if _DIRECT[what](facts, loop):
-            return True
-        return any(self.function_does(call.callee, what)
-                   for call in facts.local_calls if loop in call.site.loops)
+        return loop in self._sites_by_loop(facts, what)
 
     def loop_sites(self, facts: FunctionFacts, loop: ast.AST, what: str) -> List[Site]:
         """Sites in `loop` that do `what`: direct events and calls of helpers that do it."""
-        sites = [s for s in _SITES[what](facts) if loop in s.loops]
-        sites += [c.site for c in facts.local_calls
-                  if loop in c.site.loops and self.function_does(c.callee, what)]
-        return sites
+        return self._sites_by_loop(facts, what).get(loop, [])
+
+    def _sites_by_loop(self, facts: FunctionFacts, what: str) -> Dict[ast.AST, List[Site]]:
+        """loop -> sites doing `what` inside it; built once per function and question."""
+        key = (id(facts), what)
+        index = self._by_loop.get(key)
+        if index is None:
+            index = {}
+            sites = _SITES[what](facts) + [c.site for c in facts.local_calls
+                                           if self.function_does(c.callee, what)]
+            for site in sites:
+                for loop in site.loops:
+                    index.setdefault(loop, []).append(site)
+            self._by_loop[key] = index
+        return index
 
     def training_loops(self, facts: FunctionFacts) -> List[ast.AST]:
         return [loop for loop in facts.loops if self.loop_does(facts, loop, "backward")]
@@ -201,7 +210,7 @@ class FileAnalysis:
             return self.loop_does(facts, site.loops[-1], what)
         if facts.func is not None:
             return self.function_does(facts.func, what)
-        return _DIRECT[what](facts, None)
+        return bool(_SITES[what](facts))
 
     # ------------------------------------------------------------------ evaluation code
     def evaluation_reason(self, facts: FunctionFacts, site: Site) -> Optional[str]:
@@ -242,10 +251,6 @@ def iterated_name(loop: ast.AST) -> Optional[str]:
     return text.rsplit(".", 1)[-1] if text else None
 
 
-def _in(loop):
-    return lambda site: loop is None or loop in site.loops
-
-
 _SITES: Dict[str, Callable[[FunctionFacts], List[Site]]] = {
     "backward": lambda f: [b.site for b in f.backwards],
     "step": lambda f: [s.site for s in f.steps],
@@ -253,8 +258,4 @@ _SITES: Dict[str, Callable[[FunctionFacts], List[Site]]] = {
     "eval": lambda f: [m.site for m in f.modes if m.mode == "eval"],
     "train": lambda f: [m.site for m in f.modes if m.mode == "train"],
     "forward": lambda f: [fw.site for fw in f.forwards],
-}
-_DIRECT: Dict[str, Callable[[FunctionFacts, Optional[ast.AST]], bool]] = {
-    what: (lambda get: lambda facts, loop: any(_in(loop)(s) for s in get(facts)))(get)
-    for what, get in _SITES.items()
 }

@@ -9,14 +9,16 @@ calls to functions of the same file use their summaries (computed once, see
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from . import torchapi as api
 from . import values as V
 from .astutil import contains_mod, dotted, is_const, keyword, short
+from .bindings import scan_bindings
 from .events import (Backward, CallSite, Cond, Forward, FunctionFacts, LocalCall, ModeCall,
                      Site, Step, Store)
-from .values import UNKNOWN, Value, derived, join, join_all
+from .values import UNKNOWN, Origin, Value, derived, join, join_all
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _STORE_METHODS = {"append": "append", "extend": "extend", "insert": "insert", "add": "add",
@@ -33,7 +35,7 @@ class FlowAnalyzer:
         self.a = analysis
         self.func = func
         self.facts = facts
-        self.env = env
+        self.env = Env(env)
         self.global_env = global_env
         self.recording = recording
         self.loops: List[ast.AST] = []
@@ -43,7 +45,9 @@ class FlowAnalyzer:
         self.accumulate = False
         self.eval_mode = False
         self.scope = func.qualname if func else "<module>"
-        self.local_names = _bound_names(func.node.body) | set(func.params) if func else None
+        body = func.node.body if func else analysis.tree.body
+        local_names, self.rebinds = scan_bindings(body)
+        self.local_names = local_names | set(func.params) if func else None
 
     # ------------------------------------------------------------------ helpers
     def site(self, node: ast.AST) -> Site:
@@ -66,6 +70,26 @@ class FlowAnalyzer:
         if name in self.env:
             return self.env[name]
         return self.global_env.get(name, UNKNOWN)
+
+    def filled(self, container: ast.AST, value: Value) -> Value:
+        """`value` marked as the contents of `container`, so later reads (`torch.stack(xs)`,
+        `sum(xs)`, `xs.pop()`) say where they came from: a backward or a return that
+        consumes them makes the stores into `container` deliberate (TPF001)."""
+        keyed = self.key_for(container)
+        if keyed is None or keyed[0] in value.containers:
+            return value
+        return replace(value, containers=value.containers | {keyed[0]})
+
+    def attr_value(self, node: ast.AST) -> Optional[Value]:
+        """What `a.b` holds when the analysis bound it (`self.x` from `__init__` too)."""
+        text = dotted(node) if isinstance(node, ast.Attribute) else None
+        if text is None:
+            return None
+        if text in self.env:
+            return self.env[text]
+        if text.startswith("self.") and self.func is not None and self.func.cls is not None:
+            return self.a.class_attr(self.func.cls, text)
+        return None
 
     def record(self, node: ast.AST, value: Value) -> Value:
         if self.recording:
@@ -91,7 +115,26 @@ class FlowAnalyzer:
     def stmt_Assign(self, node: ast.Assign) -> None:
         value = self.expr(node.value)
         for target in node.targets:
-            self.bind(target, value, node)
+            if self.accumulation_store(target, node):
+                self.assign_plain(target, self.filled(target, value) if value.grad else value)
+            else:
+                self.bind(target, value, node)
+
+    def accumulation_store(self, target: ast.AST, node: ast.Assign) -> bool:
+        """`acc = acc + v` / `self.acc = self.acc + v`: the same store as `acc += v`."""
+        expr = node.value
+        text = dotted(target) if isinstance(target, (ast.Name, ast.Attribute)) else None
+        if text is None or not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add)):
+            return False
+        if isinstance(target, ast.Attribute) and not text.startswith("self."):
+            return False
+        for mine, other in ((expr.left, expr.right), (expr.right, expr.left)):
+            if dotted(mine) == text:
+                added = self.facts.values.get(id(other), UNKNOWN)
+                if added.grad and not added.leaf:
+                    self.store(target, node, "augassign", added, other)
+                return True
+        return False
 
     def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -108,6 +151,7 @@ class FlowAnalyzer:
             result = derived([current, right]) if (current.grad or right.grad) else join(current, right)
         if right.grad and not right.leaf:
             self.store(node.target, node, "augassign", right, node.value)
+            result = self.filled(node.target, result)
         self.assign_plain(node.target, result)
 
     def stmt_If(self, node: ast.If) -> None:
@@ -115,14 +159,15 @@ class FlowAnalyzer:
         counter = test.has(V.COUNTER_COND) or contains_mod(node.test)
         before_eval = self.eval_mode
         self.conds.append(Cond(len(self.loops), node.test, counter))
-        saved = dict(self.env)
+        saved = self.env
+        self.env = saved.branch()
         self.run(node.body)
         after_body, eval_body = self.env, self.eval_mode
         self.conds[-1] = Cond(len(self.loops), node.test, counter, negated=True)
-        self.env, self.eval_mode = dict(saved), before_eval
+        self.env, self.eval_mode = saved.branch(), before_eval
         self.run(node.orelse)
         self.conds.pop()
-        self.env = _join_env(after_body, self.env)
+        self.env = merge_envs(saved, after_body, self.env)
         self.eval_mode = eval_body and self.eval_mode
 
     def stmt_For(self, node) -> None:
@@ -139,20 +184,22 @@ class FlowAnalyzer:
         if node not in facts.loop_parents:
             facts.loops.append(node)
             facts.loop_parents[node] = self.loops[-1] if self.loops else None
-            facts.loop_rebinds[node] = frozenset(_rebound_names(node.body))
-        before = dict(self.env)
+            facts.loop_rebinds[node] = frozenset(self.rebinds.get(node, ()))
+        before = self.env
         self.loops.append(node)
         if self.recording and len(self.loops) <= _MAX_DEPTH_TWICE:
             # First pass: let loop-carried values settle, without recording events.
             self.recording = False
+            self.env = before.branch()
             enter()
             self.run(node.body)
             self.recording = True
-            self.env = _join_env(before, self.env)
+            before = merge_envs(before, self.env)
+        self.env = before.branch()
         enter()
         self.run(node.body)
         self.loops.pop()
-        self.env = _join_env(before, self.env)
+        self.env = merge_envs(before, self.env)
         self.run(node.orelse)
 
     def stmt_With(self, node) -> None:
@@ -175,14 +222,13 @@ class FlowAnalyzer:
     stmt_AsyncWith = stmt_With
 
     def stmt_Try(self, node) -> None:
-        saved = dict(self.env)
-        self.run(node.body)
-        body_env = self.env
-        for handler in node.handlers:
-            self.env = dict(saved)
-            self.run(handler.body)
-            body_env = _join_env(body_env, self.env)
-        self.env = body_env
+        saved = self.env
+        branches = []
+        for block in [node.body] + [handler.body for handler in node.handlers]:
+            self.env = saved.branch()
+            self.run(block)
+            branches.append(self.env)
+        self.env = merge_envs(saved, *branches)
         self.run(node.orelse)
         self.run(node.finalbody)
 
@@ -190,13 +236,13 @@ class FlowAnalyzer:
 
     def stmt_Match(self, node) -> None:
         self.expr(node.subject)
-        saved = dict(self.env)
-        result = dict(saved)
+        saved = self.env
+        branches = []
         for case in node.cases:
-            self.env = dict(saved)
+            self.env = saved.branch()
             self.run(case.body)
-            result = _join_env(result, self.env)
-        self.env = result
+            branches.append(self.env)
+        self.env = merge_envs(saved, saved.branch(), *branches)
 
     def stmt_Return(self, node: ast.Return) -> None:
         if node.value is not None:
@@ -229,8 +275,8 @@ class FlowAnalyzer:
             self.expr(target.slice)
             if value.grad and not value.leaf:
                 self.store(target.value, stmt, "setitem", value, _stored_expr(stmt))
-            self.assign_plain(target.value, join(self.expr(target.value), _contents(value)),
-                              record=False)
+            self.assign_plain(target.value, self.filled(
+                target.value, join(self.expr(target.value), _contents(value))), record=False)
             return
         if isinstance(target, ast.Attribute) and target.attr == "grad":
             self.reset(stmt)   # `p.grad = None` over parameters
@@ -387,7 +433,8 @@ class FlowAnalyzer:
         return _as_container(join_all(self.expr(v) for v in node.values))
 
     def expr_ListComp(self, node) -> Value:
-        saved = dict(self.env)
+        saved = self.env
+        self.env = saved.branch()   # comprehension variables do not leak
         for gen in node.generators:
             self.bind(gen.target, _iter_item(self.expr(gen.iter)), node)
             for cond in gen.ifs:
@@ -491,7 +538,7 @@ class FlowAnalyzer:
         if qual.startswith("torch."):
             if is_const(requires_grad, True):
                 return Value(grad=True, leaf=True, graphs=frozenset({line}),
-                             origin=(line, short(node)), tags=frozenset({V.TENSOR}))
+                             origin=Origin(line, node), tags=frozenset({V.TENSOR}))
             if qual in api.TORCH_BREAKING_FUNCS or not any(a.grad for a in args):
                 cuda = any(v.has(V.CUDA_DEVICE) for v in kwargs.values())
                 return Value(tags=frozenset({V.TENSOR} | ({V.CUDA_DEVICE} if cuda else set())))
@@ -501,6 +548,7 @@ class FlowAnalyzer:
     def call_name(self, node, name, args, kwargs) -> Value:
         local = self.lookup(name) if (name in self.env or name in self.global_env) else None
         if local is not None and local is not UNKNOWN:
+            self.record(node.func, local)   # the callee (which loss class, which module)
             return self.call_value(node, local, args, kwargs)
         func = self.a.index.function_named(name, self.func)
         if func is not None:
@@ -538,7 +586,7 @@ class FlowAnalyzer:
 
     def call_method(self, node, method, receiver: Value, args, kwargs) -> Value:
         recv = receiver or UNKNOWN
-        text = short(node.func.value) if isinstance(node.func, ast.Attribute) else ""
+        text = (dotted(node.func.value) or "") if isinstance(node.func, ast.Attribute) else ""
         # Methods of classes defined in this file: use the method's summary.
         if recv.cls is not None and not recv.has(V.CONTAINER):
             target = recv.cls.method(method)
@@ -547,6 +595,14 @@ class FlowAnalyzer:
                 if recv.cls.is_module and method == "forward":
                     return self.forward(node, recv, args, kwargs, result)
                 return result
+        # `self.model(x)`, `self.criterion(out, y)`, `trainer.loss_fn(...)`: calling an
+        # attribute that holds a module, a loss or a function of this file.
+        held = self.attr_value(node.func)
+        if held is not None and (held.has(V.MODULE) or held.has(V.LOSS_FN)
+                                 or held.has(V.ACTIVATION_MODULE)
+                                 or isinstance(held.node, FunctionRef)):
+            self.record(node.func, held)   # the callee (which loss class, which module)
+            return self.call_value(node, held, args, kwargs)
         if method == "backward":
             if recv.grad or recv.has(V.LOSS) or not args or recv.has(V.TENSOR):
                 self.backward(node, recv, "tensor")
@@ -601,7 +657,7 @@ class FlowAnalyzer:
                     self.store(node.func.value, node, _STORE_METHODS[method], stored, node.args[-1])
                 key = dotted(node.func.value)
                 if key is not None:
-                    self.env[key] = join(recv, _as_container(stored))
+                    self.env[key] = self.filled(node.func.value, join(recv, _as_container(stored)))
                 return UNKNOWN
             if method in _CONTAINER_READ_METHODS:
                 return _contents(recv)
@@ -609,6 +665,9 @@ class FlowAnalyzer:
         if method in _STORE_METHODS and args and args[-1].grad and not args[-1].leaf:
             # Unknown receiver (a list built elsewhere, `self.history`): still a store.
             self.store(node.func.value, node, _STORE_METHODS[method], args[-1], node.args[-1])
+            key = dotted(node.func.value)
+            if key is not None:
+                self.env[key] = self.filled(node.func.value, join(recv, _as_container(args[-1])))
             return UNKNOWN
         if recv.grad or recv.has(V.TENSOR):
             return self.tensor_method(node, method, recv, args)
@@ -642,7 +701,7 @@ class FlowAnalyzer:
         last = qual.rsplit(".", 1)[-1]
         if last == "Parameter":
             return Value(grad=True, leaf=True, graphs=frozenset({node.lineno}),
-                         origin=(node.lineno, short(node)), tags=frozenset({V.TENSOR}))
+                         origin=Origin(node.lineno, node), tags=frozenset({V.TENSOR}))
         if qual in ("torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList"):
             return Value(tags=frozenset({V.MODULE}), node=node)
         tags = {V.MODULE}
@@ -662,6 +721,9 @@ class FlowAnalyzer:
             last_layer = args[-1]
             if last_layer.has(V.ACTIVATION_MODULE):
                 activation = last_layer.activation
+            # The last layer, for rules that ask what the stack outputs (TPF006 raw logits).
+            return Value(tags=frozenset(tags), node=node, activation=activation,
+                         fields=(("last", last_layer),))
         return Value(tags=frozenset(tags), node=node, activation=activation)
 
     def construct_loader(self, node, args, kwargs) -> Value:
@@ -698,8 +760,9 @@ class FlowAnalyzer:
         if module.has(V.LOSS_FN):
             tags = {V.TENSOR, V.LOSS}
         value = Value(grad=not self.no_grad, graphs=frozenset({line}) | result.graphs,
-                      origin=(line, short(node)), tags=frozenset(tags) | (result.tags & {V.DIVIDED, V.LOSS}),
-                      containers=result.containers,
+                      origin=Origin(line, node), tags=frozenset(tags) | (result.tags & {V.DIVIDED, V.LOSS}),
+                      containers=result.containers | join_all(
+                          list(args) + list(kwargs.values())).containers,
                       elements=result.elements)
         if self.recording:
             self.facts.forwards.append(Forward(self.site(node), module, value, short(node)))
@@ -708,7 +771,7 @@ class FlowAnalyzer:
     def loss_result(self, node, args) -> Value:
         line = node.lineno
         base = join_all(args)
-        return Value(grad=True, graphs=frozenset({line}) | base.graphs, origin=(line, short(node)),
+        return Value(grad=True, graphs=frozenset({line}) | base.graphs, origin=Origin(line, node),
                      tags=frozenset({V.TENSOR, V.LOSS}), containers=base.containers, params=base.params)
 
     def backward(self, node, value: Value, via: str) -> None:
@@ -788,12 +851,37 @@ class FunctionRef:
 
 
 # ---------------------------------------------------------------------- utilities
-def _join_env(a: Dict[str, Value], b: Dict[str, Value]) -> Dict[str, Value]:
-    if a is b:
-        return dict(a)
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = join(out[key], value) if key in out else value
+class Env(dict):
+    """name -> Value, remembering which names were written since it was branched, so a
+    join at the end of an `if` or a loop costs what the branches wrote, not the whole scope."""
+
+    __slots__ = ("written",)
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.written = set()
+
+    def __setitem__(self, key, value) -> None:
+        self.written.add(key)
+        dict.__setitem__(self, key, value)
+
+    def branch(self) -> "Env":
+        return Env(self)
+
+
+def merge_envs(base: Env, *branches: Env) -> Env:
+    """The environment after control flow that took one of `branches` (each from `base`);
+    with a single branch, the branch may also not have run (loops)."""
+    out = base.branch()
+    written = set().union(*(b.written for b in branches))
+    for key in written:
+        values = [b.get(key, base.get(key)) for b in branches]
+        if len(branches) == 1:
+            values.append(base.get(key))
+        out_value = join_all(v for v in values if v is not None)
+        dict.__setitem__(out, key, out_value)
+    out.written = base.written   # `base` is discarded by every caller: reuse its set
+    out.written.update(written)
     return out
 
 
@@ -857,74 +945,6 @@ def _bind_arguments(func, args, kwargs, receiver) -> Dict[int, Value]:
 def _model_like(text: str) -> bool:
     last = text.split(".")[-1]
     return bool(api.MODEL_PARAM_RE.match(last))
-
-
-def _bound_names(body) -> set:
-    names = set()
-    for node in _walk_local(body):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-    return names
-
-
-def _rebound_names(body) -> set:
-    """Names (and `self.x`) a loop body binds afresh, not counting accumulations into them."""
-    names = set()
-    for node in _walk_local(body):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            value = node.value
-            for target in targets:
-                for elt in _flatten_targets(target):
-                    text = dotted(elt)
-                    if text is None:
-                        continue
-                    if value is not None and _reads(value, text) and isinstance(value, ast.BinOp):
-                        continue   # `acc = acc + v` accumulates, it does not rebind
-                    names.add(text)
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            for elt in _flatten_targets(node.target):
-                text = dotted(elt)
-                if text:
-                    names.add(text)
-        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            for elt in _flatten_targets(node.optional_vars):
-                text = dotted(elt)
-                if text:
-                    names.add(text)
-        elif isinstance(node, ast.NamedExpr):
-            names.add(node.target.id)
-    return names
-
-
-def _flatten_targets(target):
-    if isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _flatten_targets(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _flatten_targets(target.value)
-    else:
-        yield target
-
-
-def _reads(expr: ast.AST, text: str) -> bool:
-    return any(dotted(n) == text for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute)))
-
-
-def _walk_local(body):
-    """Walk statements without entering nested function or class definitions."""
-    todo = list(body)
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                if not isinstance(child, ast.Lambda):
-                    yield child
-                continue
-            todo.append(child)
 
 
 def _stored_expr(stmt: ast.AST) -> ast.AST:

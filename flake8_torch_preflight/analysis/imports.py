@@ -23,7 +23,7 @@ class ImportTable:
         self._names: Dict[str, str] = {}
         self.modules: Set[str] = set()
         self._module_name = module_name
-        for node in ast.walk(tree):
+        for node in _import_statements(tree.body):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     self.modules.add(alias.name)
@@ -75,3 +75,21 @@ class ImportTable:
                 if module == prefix or module.startswith(prefix + "."):
                     return True
         return False
+
+
+def _import_statements(body):
+    """Import statements anywhere in the file, visiting statements only (not expressions)."""
+    todo = list(body)
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            yield stmt
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            child = getattr(stmt, field, None)
+            if isinstance(child, list):
+                todo.extend(child)
+        for handler in getattr(stmt, "handlers", ()):
+            todo.extend(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            todo.extend(case.body)

@@ -41,7 +41,36 @@ RECIPROCAL = "reciprocal"    # `1 / k`
 COUNTER_COND = "counter_cond"  # a test of the form `step % k == 0`
 ACTIVATION_MODULE = "activation_module"  # nn.Softmax() & co; see `activation`
 
-ACTIVATION_TAGS = frozenset({SOFTMAX, LOG_SOFTMAX, SIGMOID, LOGITS})
+# Set by `join` when the joined values disagree on their activation (`x if self.training
+# else x.softmax(1)`, softmax on one branch only): rules that need the activation for sure
+# (TPF005, TPF006) stay quiet on such values.
+ACTIVATION_UNSURE = "activation_unsure"
+ACTIVATION_TAGS = frozenset({SOFTMAX, LOG_SOFTMAX, SIGMOID, LOGITS, ACTIVATION_UNSURE})
+
+
+class Origin(tuple):
+    """`(line, text)` of the expression that made a graph; the text is rendered on demand
+    (only messages need it, and unparsing every forward and loss would cost more than the
+    whole analysis)."""
+
+    def __new__(cls, line: int, node) -> "Origin":
+        self = super().__new__(cls, (line, None))
+        self._node = node
+        return self
+
+    def __getitem__(self, index):
+        if index == 1 or index == -1:
+            from .astutil import short
+            return short(self._node)
+        return super().__getitem__(index)
+
+    @property
+    def line(self) -> int:
+        return tuple.__getitem__(self, 0)
+
+    @property
+    def text(self) -> str:
+        return self[1]
 
 
 @dataclass(frozen=True)
@@ -93,7 +122,8 @@ def join(a: Value, b: Value) -> Value:
         leaf=a.leaf and b.leaf,
         graphs=a.graphs | b.graphs,
         origin=a.origin or b.origin,
-        tags=a.tags | b.tags,
+        tags=a.tags | b.tags | (
+            {ACTIVATION_UNSURE} if a.tags & ACTIVATION_TAGS != b.tags & ACTIVATION_TAGS else set()),
         containers=a.containers | b.containers,
         params=a.params | b.params,
         cls=a.cls if a.cls is b.cls else (a.cls or b.cls),

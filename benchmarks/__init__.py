@@ -1,0 +1,1 @@
+"""Speed benchmarks (`python -m benchmarks`); never part of the test suite."""
