@@ -191,6 +191,27 @@ def _layer_bytes(co: Dict[str, float], dims: Dict[str, Any], s: int, attention: 
     return per
 
 
+def inference_workspace(family: str, config: Dict[str, Any], batch: int, seq: int, image: int, precision: str,
+                        attention: str) -> Optional[float]:
+    """Transient bytes of one block under no_grad: nothing is kept for backward, so the peak is
+    the block input, q/k/v/attention output, the MLP intermediates (3 ff-wide tensors for a gated
+    MLP, 2 otherwise) and, under eager attention, the score matrix in fp32 plus its half copy."""
+    kind = db.KIND[family]
+    if kind not in ("decoder", "encoder", "encdec", "vit", "clip"):
+        return None
+    dims = _dims(family, config)
+    if kind in ("vit", "clip"):
+        vc = config["vision"] if kind == "clip" else config
+        seq = (image // vc["patch"]) ** 2 + 1
+    ab = 4 if precision_class(precision) == "fp32" else 2
+    gated = family == "llama"
+    moe_k = config.get("experts_active", 1) if config.get("experts", 1) > 1 else 1
+    per = ab * (3 * dims["h"] + (3 if gated else 2) * dims["ff"] * moe_k + 2 * dims["q"] + 2 * dims["kv"])
+    if attention == "eager":
+        per += (4 + ab) * dims["heads"] * seq
+    return per * batch * seq
+
+
 def activation_bytes(family: str, config: Dict[str, Any], model_key: Optional[str], batch: int, seq: int,
                      image: int, precision: str, attention: str, checkpointing: bool, train: bool,
                      dec_seq: Optional[int] = None) -> Tuple[float, float, str, bool]:
@@ -400,7 +421,8 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         prompt = max(1, min(seq, ctx) if ctx else seq)
         stored, one, anote, measured = activation_bytes(family, config, model_key, batch, prompt, image, precision,
                                                         attention, False, False)
-        act_point = one
+        ws = inference_workspace(family, config, batch, prompt, image, precision, attention)
+        act_point = one if ws is None else ws
         terms.append(_spread(Term("activations", act_point, act_point, act_point,
                                   f"prefill workspace, one block x {batch}x{prompt}"), settings, measured, exact))
     else:
@@ -410,7 +432,8 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
             act_point = stored + (one if checkpointing else 0.0)
             anote = anote + (" (checkpointed: block inputs + one recompute)" if checkpointing else "")
         else:
-            act_point = one
+            ws = inference_workspace(family, config, batch, seq, image, precision, attention)
+            act_point = one if ws is None else ws
             anote = "one block at a time (no grad): " + anote
         terms.append(_spread(Term("activations", act_point, act_point, act_point, anote), settings, measured, exact))
 
