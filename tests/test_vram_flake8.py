@@ -1,0 +1,160 @@
+"""The flake8 plugin: TPF100/101/102 placement, message shape, option, and never raising."""
+
+import ast
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import tokenize
+
+import pytest
+
+from vram_estimator.flake8_plugin import VramChecker
+
+
+def run(src, gpu=None, filename="t.py"):
+    VramChecker.vram_gpu = gpu
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        tree = None
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    except (tokenize.TokenError, IndentationError):
+        tokens = []
+    try:
+        return list(VramChecker(tree, src.splitlines(True), filename, tokens).run())
+    finally:
+        VramChecker.vram_gpu = None
+
+
+def codes(found):
+    return [m.split()[0] for _, _, m, _ in found]
+
+
+def test_attributes():
+    assert VramChecker.name == "flake8-torch-preflight.vram"
+    assert VramChecker.version
+
+
+def test_oom_reported_on_comment_line_with_evidence_and_fix():
+    src = "import torch\n\n# vram: gpu=a100-80gb model=llama-3-8b batch=4 seq=2048 precision=bf16-mixed\nloss.backward()\n"
+    found = run(src)
+    assert codes(found) == ["TPF100"]
+    line, col, msg, typ = found[0]
+    assert line == 3 and col == 0 and typ is VramChecker
+    assert msg.startswith("TPF100 [error] projected peak ")
+    assert "exceeds a100-80gb usable" in msg and "even at the optimistic end" in msg
+    assert "from model=llama-3-8b comment line 3" in msg
+    assert "; fix: " in msg and "\n" not in msg
+
+
+def test_fits_is_silent():
+    src = "# vram: gpu=h100 model=gpt2 batch=8 seq=1024 precision=bf16-mixed\nloss.backward()\n"
+    assert run(src) == []
+
+
+def test_no_target_no_output():
+    src = "# vram: model=llama-3-8b batch=64\nloss.backward()\n"
+    assert run(src) == []
+
+
+def test_option_supplies_target_and_comment_overrides_it():
+    src = "# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n"
+    assert codes(run(src, gpu="t4")) == ["TPF100"]
+    src2 = "# vram: model=gpt2 batch=1 seq=128 gpu=h200\nloss.backward()\n"
+    assert run(src2, gpu="t4") == []
+
+
+def test_option_without_comment_reads_script_and_reports_line_1():
+    src = textwrap.dedent("""\
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-13b-hf")
+        args = TrainingArguments(output_dir="o", per_device_train_batch_size=8)
+        Trainer(model=model, args=args).train()
+        """)
+    found = run(src, gpu="a10g")
+    assert codes(found) == ["TPF100"] and found[0][0] == 1
+
+
+def test_tight_is_tpf101():
+    src = "# vram: gpu=rtx4090 model=llama-2-7b mode=inference precision=fp16 batch=1 seq=4096 attention=eager\n"
+    found = run(src)
+    assert codes(found) in (["TPF101"], [])
+    # find a capacity inside the interval to force the straddle
+    from vram_estimator.api import estimate_config
+    e = estimate_config(model="llama-2-7b", mode="inference", precision="fp16", batch=1, seq=4096,
+                        attention="eager").estimate
+    cap = (e.point + e.upper) / 2 / 0.98 / 1024 ** 3 + 0.5
+    found = run(f"# vram: gpu={cap:.2f}GiB model=llama-2-7b mode=inference precision=fp16 batch=1 seq=4096 "
+                "attention=eager\n")
+    assert codes(found) == ["TPF101"] and found[0][2].startswith("TPF101 [warning] ")
+
+
+def test_tpf102_for_bad_comments_names_text_and_accepted_values():
+    src = "# vram: gpu=a100-80gb model=llama-3-8b\n# vram: batch=four precison=bf16\n# vram: gpu=a100-90gb\n"
+    found = run(src)
+    msgs = [m for _, _, m, _ in found if m.startswith("TPF102")]
+    assert len(msgs) == 3
+    assert any("batch=four" in m for m in msgs)
+    assert any("precison" in m and "accepted keys" in m for m in msgs)
+    assert any("a100-90gb" in m and "a100-80gb" in m for m in msgs)
+    assert all(line in (2, 3) for line, _, m, _ in found if m.startswith("TPF102"))
+
+
+def test_unknown_gpu_option_is_tpf102_not_exception():
+    found = run("# vram: model=gpt2\n", gpu="quantum-9000")
+    assert codes(found) == ["TPF102"] and "quantum-9000" in found[0][2]
+
+
+def test_unknown_model_from_script_is_tpf102():
+    src = "# vram: gpu=a100-80gb\nfrom transformers import AutoModel\nm = AutoModel.from_pretrained('acme/x-1')\n"
+    found = run(src)
+    assert codes(found) == ["TPF102"] and "acme/x-1" in found[0][2] and found[0][0] == 3
+
+
+@pytest.mark.parametrize("src", ["# vram: \x00\n", "def f(:\n  # vram: gpu=t4 model=gpt2\n", "# vram: gpu==\n",
+                                 "# vram: model=params=0\n", "# vram: gpu=t4 batch=99999999999999999999 model=gpt2\n"])
+def test_never_raises(src):
+    found = run(src)
+    assert all(m.split()[0] in ("TPF100", "TPF101", "TPF102") for _, _, m, _ in found)
+
+
+def test_plugin_is_light_to_import():
+    out = subprocess.run([sys.executable, "-c", "import sys, vram_estimator.flake8_plugin as p; "
+                          "print(any(m in sys.modules for m in ('torch', 'transformers', 'libcst')))"],
+                         capture_output=True, text=True, cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert out.stdout.strip() == "False"
+
+
+def test_through_flake8_with_config_option(tmp_path):
+    import importlib.metadata as md
+
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    installed = any(e.name == "TPF1" for e in md.entry_points(group="flake8.extension"))
+    local = "" if installed else textwrap.dedent(f"""\
+        [flake8:local-plugins]
+        extension =
+            TPF1 = vram_estimator.flake8_plugin:VramChecker
+        paths = {root}
+        """)
+    (tmp_path / "setup.cfg").write_text("[flake8]\nselect = TPF1\nvram-gpu = t4\n" + local)
+    (tmp_path / "train.py").write_text("# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n"
+                                       "# vram: model=gpt2 batch=1  # noqa: TPF100\n")
+    (tmp_path / "ok.py").write_text("# vram: model=gpt2 batch=1 seq=64\nloss.backward()\n")
+    proc = subprocess.run([sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py", "ok.py"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.stderr == ""
+    lines = proc.stdout.strip().splitlines()
+    # the last comment wins (gpt2 batch=1) and fits; so nothing is reported for train.py either
+    assert lines == []
+    (tmp_path / "train.py").write_text("# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n")
+    proc = subprocess.run([sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py", "ok.py"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train.py:1:1: TPF100 [error]")
+    (tmp_path / "train.py").write_text("# vram: model=llama-3-8b batch=4 seq=2048  # noqa: TPF100\n")
+    proc = subprocess.run([sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.stdout.strip() == ""
