@@ -6,12 +6,14 @@ from .tpf001_retained_graph import RetainedGraph
 from .tpf002_eval_without_no_grad import EvalWithoutNoGrad
 from .tpf003_missing_zero_grad import MissingZeroGrad
 from .tpf004_unscaled_accumulation import UnscaledAccumulation
+from .tpf007_stuck_eval_mode import StuckEvalMode
 
 ALL_RULES = (
     RetainedGraph,
     EvalWithoutNoGrad,
     MissingZeroGrad,
     UnscaledAccumulation,
+    StuckEvalMode,
 )
 
 __all__ = ["ALL_RULES", "Rule"]

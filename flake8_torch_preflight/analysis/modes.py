@@ -1,0 +1,203 @@
+"""Train/eval mode along a loop body: the ordered mode events TPF007 reasons about.
+
+For a loop, the analysis lists in source order what one iteration does to module modes:
+`train` / `eval` calls, backward passes (`work`), forward passes (to know which model is
+trained) and calls of imported project functions that might call `train()` for us. Calls of
+file-local helpers are expanded in place (transitively, memoised per function), with the
+helper's receivers translated into the caller's names through the call's arguments, so
+`evaluate(model, ...)` whose body calls `net.eval()` is an `eval` of `model` at the call.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Tuple
+
+from . import values as V
+from .astutil import dotted, is_const
+from .epochs import argument_for, cache
+from .events import FunctionFacts, Site
+
+# Top-level packages that are libraries, not the project's own code: a call into them never
+# toggles the user's model back to training mode.
+_LIBRARIES = frozenset(
+    """torch torchvision torchaudio torchtext numpy np tqdm transformers accelerate lightning
+    pytorch_lightning lightning_fabric deepspeed wandb tensorboard tensorboardX datasets timm
+    sklearn scipy matplotlib PIL pandas torchmetrics einops peft diffusers apex mlflow
+    comet_ml neptune evaluate yaml omegaconf hydra rich loguru cv2 albumentations trl
+    bitsandbytes safetensors huggingface_hub tokenizers sentencepiece""".split()
+) | frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+@dataclass(frozen=True)
+class ModeEvent:
+    kind: str                  # train | eval | work | forward | maybe_train
+    receiver: Optional[str]    # receiver text in the loop's function; None: unknown
+    site: Site                 # the site in the loop's function (a helper's call site)
+    inner_line: int            # the line of the event itself (inside the helper if any)
+    via: Optional[str] = None  # name of the helper the event happens in
+    no_grad: bool = False      # forward: autograd off
+    aliases: FrozenSet[str] = frozenset()   # forward: the wrapped model (`DDP(model)`)
+    args: Tuple[str, ...] = ()              # maybe_train: argument texts
+
+
+def related(a: Optional[str], b: Optional[str]) -> bool:
+    """Same object or one inside the other (`model` / `model.module` / `self.model`)."""
+    if a is None or b is None:
+        return True
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def loop_events(analysis, facts: FunctionFacts, loop: ast.AST) -> List[ModeEvent]:
+    """Mode events of one iteration of `loop`, in source order, helpers expanded."""
+    return [e for e in _events(analysis, facts) if loop in e.site.loops]
+
+
+def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
+    memo = cache(analysis, "mode_events")
+    key = id(facts)
+    if key in memo:
+        return memo[key]
+    memo[key] = []   # recursion guard
+    raw: List[Tuple[Tuple[int, int], int, object]] = []
+    for mode in facts.modes:
+        raw.append((_pos(mode.site), 0, ModeEvent(mode.mode, mode.receiver, mode.site,
+                                                  mode.site.line)))
+    for back in facts.backwards:
+        raw.append((_pos(back.site), 2, ModeEvent("work", None, back.site, back.site.line)))
+    for fwd in facts.forwards:
+        if fwd.module.has(V.LOSS_FN) or fwd.module.has(V.ACTIVATION_MODULE):
+            continue
+        node = fwd.site.node
+        text = dotted(node.func) if isinstance(node, ast.Call) else None
+        if text is not None and text.endswith(".forward"):
+            text = text[: -len(".forward")]
+        aliases = set()
+        wrap = fwd.module.node
+        if isinstance(wrap, ast.Call) and wrap.args and fwd.module.has(V.DDP):
+            inner = dotted(wrap.args[0])
+            if inner:
+                aliases.add(inner)
+        raw.append((_pos(fwd.site), 1, ModeEvent("forward", text, fwd.site, fwd.site.line,
+                                                 no_grad=fwd.site.no_grad,
+                                                 aliases=frozenset(aliases))))
+    local_nodes = {id(c.node) for c in facts.local_calls}
+    for call in facts.calls:
+        if id(call.node) in local_nodes or not _project_call(call.qualname):
+            continue
+        texts = tuple(t for t in (dotted(a) for a in call.node.args) if t)
+        texts += tuple(t for t in (dotted(k.value) for k in call.node.keywords) if t)
+        raw.append((_pos(call.site), 1, ModeEvent("maybe_train", None, call.site,
+                                                  call.site.line, args=texts)))
+    for call in facts.local_calls:
+        if depth <= 0:
+            continue
+        callee = call.callee
+        inner = _events(analysis, analysis.facts_for(callee), depth - 1)
+        for i, ev in enumerate(inner):
+            receiver = _translate(ev.receiver, callee, call.node)
+            raw.append((_pos(call.site), 3 + i, ModeEvent(
+                ev.kind, receiver, call.site, ev.inner_line, ev.via or callee.name,
+                ev.no_grad,
+                frozenset(t for t in (_translate(a, callee, call.node) for a in ev.aliases) if t),
+                tuple(t for t in (_translate(a, callee, call.node) for a in ev.args) if t))))
+    raw.sort(key=lambda item: (item[0], item[1]))
+    result = [item[2] for item in raw]
+    memo[key] = result
+    return result
+
+
+def _pos(site: Site) -> Tuple[int, int]:
+    node = site.node
+    return (getattr(node, "lineno", site.line), getattr(node, "col_offset", 0))
+
+
+def _translate(text: Optional[str], func, call: ast.Call) -> Optional[str]:
+    """A helper's receiver text as the caller names it (None when it cannot be told)."""
+    if text is None:
+        return None
+    head, _, rest = text.partition(".")
+    if head not in func.params:
+        return text   # a global or closure name: the same object in the caller
+    expr = argument_for(func, call, func.params.index(head))
+    base = dotted(expr) if expr is not None else None
+    if base is None:
+        return None
+    return f"{base}.{rest}" if rest else base
+
+
+def _project_call(qualname: Optional[str]) -> bool:
+    """An imported function of the project itself (whose body we cannot see)."""
+    if not qualname:
+        return False
+    if qualname.startswith("."):
+        return True
+    return qualname.split(".", 1)[0] not in _LIBRARIES
+
+
+# ---------------------------------------------------------------------------------- loops
+def exits_after(loop: ast.AST) -> FrozenSet[int]:
+    """ids of nodes in `loop`'s body after which the block leaves the loop (break/return)."""
+    marked = set()
+    todo = [loop.body]
+    while todo:
+        block = todo.pop()
+        exit_at = next((i for i, s in enumerate(block)
+                        if isinstance(s, (ast.Break, ast.Return, ast.Raise))), None)
+        for i, stmt in enumerate(block):
+            if exit_at is not None and i < exit_at:
+                marked.update(id(n) for n in ast.walk(stmt))
+            if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef,
+                                 ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            for name in ("body", "orelse", "finalbody"):
+                child = getattr(stmt, name, None)
+                if isinstance(child, list) and child and isinstance(child[0], ast.stmt):
+                    todo.append(child)
+            for handler in getattr(stmt, "handlers", ()):
+                todo.append(handler.body)
+    return frozenset(marked)
+
+
+def cond_texts(site: Site, loop: ast.AST) -> FrozenSet[str]:
+    """Names tested by the non-counter `if`s between `loop` and `site` (`phase`, `args.x`)."""
+    out = set()
+    for cond in site.conds_inside(loop) if loop in site.loops else ():
+        if cond.counter:
+            continue
+        for node in ast.walk(cond.test):
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                text = dotted(node)
+                if text:
+                    out.add(text)
+    return frozenset(out)
+
+
+def last_iteration_only(site: Site, loop: ast.AST) -> bool:
+    """Under `if epoch == epochs - 1:` / `if step >= max_steps:`: no next iteration follows."""
+    target = getattr(loop, "target", None)
+    names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target else set()
+    for cond in site.conds_inside(loop) if loop in site.loops else ():
+        test = cond.test
+        if cond.negated or not isinstance(test, ast.Compare):
+            continue
+        if not all(isinstance(op, (ast.Eq, ast.GtE, ast.Gt)) for op in test.ops):
+            continue
+        mentioned = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        if (names & mentioned or not names) and not all(
+                isinstance(c, ast.Constant) for c in test.comparators):
+            return True
+    return False
+
+
+def frozen_receivers(facts: FunctionFacts) -> FrozenSet[str]:
+    """Receivers of `x.requires_grad_(False)` in the function (frozen teachers, EMA, VAE)."""
+    out = set()
+    for call in facts.calls:
+        if call.method == "requires_grad_" and call.node.args and \
+                is_const(call.node.args[0], False) and isinstance(call.node.func, ast.Attribute):
+            text = dotted(call.node.func.value)
+            if text:
+                out.add(text)
+    return frozenset(out)

@@ -1,0 +1,160 @@
+"""TPF007 stuck-eval-mode: the epoch loop switches the model to eval and never back.
+
+## What it does
+Reports a `model.eval()` (or `model.train(False)`) inside a training loop or an epoch loop,
+made directly or through a helper of the same file (`evaluate(model, val_loader)` whose body
+calls `model.eval()`), when no `model.train()` (directly or through a helper, such as a
+`train_one_epoch()` that starts with `model.train()`) runs on the way from that call back to
+the next iteration's backward pass. The walk follows the loop body in source order and wraps
+around to the top of the loop, so `model.train()` at the top of the epoch, or at the top of
+the training helper, fixes it; a `model.train()` only before the loop does not.
+
+## Why is this bad?
+`eval()` is sticky: it switches dropout off and makes batch-norm use (and stop updating) its
+running statistics until `train()` is called. From the second epoch on the model trains with
+no dropout and frozen normalisation statistics. Nothing crashes; the loss curve just looks
+a little different, and the model generalises worse.
+
+## Example
+```python
+model.train()
+for epoch in range(epochs):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    evaluate(model, val_loader)   # calls model.eval()
+```
+
+## Use instead
+```python
+for epoch in range(epochs):
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    evaluate(model, val_loader)
+```
+
+## Fix safety
+Unsafe: the fix is one `model.train()` line at the top of the epoch loop (or of the
+training helper), placed by hand.
+
+## Known limits
+Quiet in Lightning modules and HF `Trainer` subclasses (the framework toggles modes), when
+the `eval()` and a `train()` are chosen by the same condition (`if phase == "train": ...
+else: ...`), when the `eval()` only runs on the last iteration (`if epoch == epochs - 1:`, or
+followed by `break`/`return`), for models that are never trained in the loop (a frozen
+teacher, an EMA copy or a VAE called under `no_grad` or frozen with `requires_grad_(False)`),
+and when a function imported from the project (whose body is not visible) is called with the
+model on the way back, since it may call `train()`. Receivers are matched by name and through
+the arguments of file-local helpers; a model reached under two unrelated names (`net =
+model.module` then `net.eval()`) is not tracked. Each `eval()` call is reported once.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List
+
+from ..analysis import FileAnalysis
+from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_receivers,
+                              last_iteration_only, loop_events, related)
+from ..findings import ERROR, Finding
+from .base import Rule
+
+
+class StuckEvalMode(Rule):
+    code = "TPF007"
+    name = "stuck-eval-mode"
+    severity = ERROR
+    fix_safety = "unsafe"
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        reported = set()
+        for facts in analysis.all_facts():
+            if analysis.framework_owned(facts.func):
+                continue
+            loops = analysis.training_loops(facts)
+            if not loops:
+                continue
+            frozen = frozen_receivers(facts)
+            for loop in loops:
+                if not analysis.loop_does(facts, loop, "step"):
+                    continue   # backward without an update: attacks, saliency maps, probes
+                events = loop_events(analysis, facts, loop)
+                if not any(e.kind == "eval" for e in events):
+                    continue
+                exits = exits_after(loop)
+                for i, event in enumerate(events):
+                    if event.kind != "eval":
+                        continue
+                    key = (event.site.line, event.site.col)
+                    if key in reported:
+                        continue
+                    work = self._stuck(events, i, loop, exits, frozen)
+                    if work is None:
+                        continue
+                    reported.add(key)
+                    yield self._report(event, work, loop)
+
+    def _stuck(self, events: List[ModeEvent], i: int, loop, exits, frozen):
+        """The backward reached from eval event `i` with no train() on the way, or None."""
+        ev = events[i]
+        site = ev.site
+        if id(site.node) in exits or last_iteration_only(site, loop):
+            return None
+        receiver = ev.receiver
+        if receiver is not None and any(related(receiver, f) for f in frozen):
+            return None
+        if not self._trained(events, receiver):
+            return None
+        tested = cond_texts(site, loop)
+        for other in events:
+            if other.kind != "train":
+                continue
+            if other.site.stmt is site.stmt and other is not ev:
+                return None   # `model.train() if training else model.eval()`
+            if tested & cond_texts(other.site, loop):
+                return None   # mode chosen per branch: `if phase == "train": ... else: ...`
+        n = len(events)
+        for k in range(1, n + 1):
+            nxt = events[(i + k) % n]
+            if nxt.kind == "train" and (nxt.via is not None or related(nxt.receiver, receiver)):
+                return None
+            if nxt.kind == "maybe_train" and (receiver is None or not nxt.args or any(
+                    related(a, receiver) for a in nxt.args)):
+                return None
+            if nxt.kind == "work":
+                return nxt
+        return None
+
+    @staticmethod
+    def _trained(events: List[ModeEvent], receiver) -> bool:
+        """The receiver is a model this loop trains (not a frozen teacher or EMA copy)."""
+        if receiver is None:
+            return True
+        forwards = [e for e in events if e.kind == "forward"]
+        if not any(not e.no_grad for e in forwards):
+            return True   # the training forward is not visible: assume it is this model
+        for e in forwards:
+            if e.no_grad:
+                continue
+            if e.receiver is None or related(e.receiver, receiver) or any(
+                    related(a, receiver) for a in e.aliases):
+                return True
+        return False
+
+    def _report(self, event: ModeEvent, work: ModeEvent, loop) -> Finding:
+        who = event.receiver or "the model"
+        if event.via:
+            what = (f"`{event.via}()` switches `{who}` to eval mode (line {event.inner_line}) "
+                    f"in the training loop at line {loop.lineno} and nothing switches it back")
+        else:
+            what = (f"`{who}.eval()` in the training loop at line {loop.lineno} is never undone")
+        where = f"in `{work.via}()` " if work.via else ""
+        evidence = (f"the next backward {where}at line {work.inner_line} runs with no "
+                    f"`{who}.train()` after this call, going round the loop, so dropout and "
+                    f"batch-norm stay in eval mode from the next iteration on")
+        fix = (f"call `{who}.train()` at the top of the loop at line {loop.lineno} "
+               f"(or at the top of the training helper)")
+        return self.finding(event.site, what, evidence, fix)
