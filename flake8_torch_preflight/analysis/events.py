@@ -30,7 +30,7 @@ class Site:
     loops: Tuple[ast.AST, ...]   # enclosing for/while loops in this function, outermost first
     conds: Tuple[Cond, ...]
     no_grad: bool                # autograd disabled here (context, decorator, or unknown)
-    accumulate: bool             # inside `accelerator.accumulate(...)` / `model.no_sync()`
+    accumulate: bool             # inside `accelerator.accumulate(...)` (not `no_sync()`)
     eval_mode: bool              # after `model.eval()` with no `train()` since, in this scope
 
     @property

@@ -634,7 +634,9 @@ class FlowAnalyzer:
                 return prepared[0] if len(prepared) == 1 else Value(
                     tags=frozenset({V.CONTAINER}), elements=prepared)
             if method in ("accumulate", "no_sync", "autocast"):
-                return Value(tags=frozenset({"accumulate"}) if method != "autocast" else frozenset())
+                # Only `accumulate` scales for us (with `accelerator.backward`); `no_sync`
+                # just skips the all-reduce, like DDP's.
+                return Value(tags=frozenset({"accumulate"}) if method == "accumulate" else frozenset())
             return UNKNOWN
         if recv.has(V.MODULE):
             if method in _MODULE_RETURNS_SELF:
@@ -644,7 +646,7 @@ class FlowAnalyzer:
             if method in ("parameters", "named_parameters"):
                 return Value(tags=frozenset({V.PARAMS, V.CONTAINER}))
             if method == "no_sync":
-                return Value(tags=frozenset({"accumulate"}))
+                return UNKNOWN   # DDP/FSDP skip the all-reduce; nothing scales the loss
             if method in ("modules", "children"):
                 return _as_container(Value(tags=frozenset({V.MODULE})))
             return UNKNOWN
