@@ -1,0 +1,74 @@
+"""`tpf fix`: LibCST autofixes for the rules the spec marks safe.
+
+| code   | fix |
+|--------|-----|
+| TPF001 | append `.detach()` to the value stored across iterations |
+| TPF002 | decorate an evaluation-named function with `@torch.no_grad()` (adds `import torch`) |
+| TPF005 | unwrap a `softmax`/`log_softmax` passed directly to a cross-entropy loss |
+| TPF013 | add `pin_memory=True` to the DataLoader call |
+
+Contract: the output differs from the input only inside the changed nodes (LibCST round-trips
+every other byte), re-parses, and re-linting shows the fixed finding gone (a fix that does not
+remove its finding, or adds another, is dropped); running it twice changes nothing; lines a
+`# noqa` suppresses are left alone (the caller's `keep` predicate decides).
+
+LibCST is imported only when a fix actually runs: this module itself is cheap, so the CLI can
+ask `is_fixable` while checking.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Tuple
+
+from ..findings import Finding
+
+FIXABLE_CODES = ("TPF001", "TPF002", "TPF005", "TPF013")
+
+
+def is_fixable(finding: Finding) -> bool:
+    """Whether `tpf fix` will try this finding (cheap; no LibCST)."""
+    if finding.code == "TPF001":
+        return True
+    if finding.code == "TPF002":
+        return finding.fix.startswith("decorate ")
+    if finding.code == "TPF005":
+        return True
+    if finding.code == "TPF013":
+        return "pin_memory" in finding.fix or "pin_memory" in finding.what
+    return False
+
+
+@dataclass
+class FixResult:
+    source: str
+    fixed: List[Finding] = field(default_factory=list)
+    skipped: List[Tuple[Finding, str]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.fixed)
+
+
+def fix_source(source: str, filename: str = "<stdin>",
+               keep: Optional[Callable[[Finding], bool]] = None, noqa: bool = True) -> FixResult:
+    """Apply every safe fix to `source`.
+
+    `keep(finding)` filters further (the CLI passes its select/ignore decision); lines a
+    `# noqa` suppresses (flake8's semantics) are skipped unless `noqa=False`.
+    """
+    from ._apply import apply_fixes   # LibCST is imported here and only here
+
+    if noqa:
+        from ..noqa import NoqaMap
+
+        suppressions = NoqaMap(source.splitlines(True))
+        if suppressions.skip_file():
+            return FixResult(source)
+        user_keep = keep
+
+        def keep(finding: Finding) -> bool:   # noqa: F811
+            if suppressions.suppressed(finding.line, finding.code):
+                return False
+            return user_keep is None or user_keep(finding)
+
+    return apply_fixes(source, filename, keep)

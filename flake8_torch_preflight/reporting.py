@@ -1,0 +1,365 @@
+"""Renderers shared by the `tpf` CLI and the flake8 formatters: terminal, JSON, SARIF, GitHub.
+
+Everything renders `Item`s: one reported problem with a 1-based line and column (the way
+flake8 and editors show them). A `Finding` from the engine keeps its parts (what, evidence,
+fix); a flake8 `Violation` only has its text, which is enough for every format.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from . import __version__
+from .findings import ERROR, NOTE, SEVERITY_ORDER, WARNING, Finding
+
+TOOL_NAME = "flake8-torch-preflight"
+INFORMATION_URI = "https://github.com/flake8-torch-preflight/flake8-torch-preflight"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety",
+            "Known limits")
+# The memory codes come from a separate plugin (vram_estimator); their docs live in the spec.
+VRAM_RULES = {
+    "TPF100": ("vram-exceeds-gpu", ERROR, "projected peak exceeds the target GPU even at the "
+               "optimistic end of its interval"),
+    "TPF101": ("vram-tight-fit", WARNING, "projected peak fits the point estimate but not the "
+               "error margin"),
+    "TPF102": ("vram-bad-config", ERROR, "a `# vram:` comment or option is malformed or names an "
+               "unknown model/GPU"),
+}
+_LEVEL = re.compile(r"^\[(error|warning|note)\]\s*")
+
+
+@dataclass(frozen=True)
+class Item:
+    path: str
+    line: int
+    column: int          # 1-based
+    code: str
+    severity: str
+    text: str            # the message without the code and level
+    what: str = ""
+    evidence: str = ""
+    fix: str = ""
+    fixable: bool = False
+
+    @classmethod
+    def from_finding(cls, path: str, finding: Finding, fixable: bool = False) -> "Item":
+        text = f"{finding.what} ({finding.evidence}); fix: {finding.fix}"
+        return cls(path, finding.line, finding.col + 1, finding.code, finding.severity, text,
+                   finding.what, finding.evidence, finding.fix, fixable)
+
+    @classmethod
+    def from_text(cls, path: str, line: int, column: int, code: str, text: str) -> "Item":
+        """From a flake8 result: `text` may start with our `[level]` tag."""
+        match = _LEVEL.match(text)
+        if match:
+            severity, text = match.group(1), text[match.end():]
+        else:
+            severity = default_severity(code)
+        what, evidence, fix = _split_message(text) if code.startswith("TPF") else ("", "", "")
+        return cls(path, line, column, code, severity, text, what, evidence, fix)
+
+    @property
+    def message(self) -> str:
+        return f"{self.code} [{self.severity}] {self.text}"
+
+
+def _split_message(text: str):
+    """`what (evidence); fix: how` back into its parts (best effort; else all in `what`)."""
+    head, sep, fix = text.rpartition("; fix: ")
+    if not sep or not head.endswith(")"):
+        return text, "", ""
+    depth = 0
+    for index in range(len(head) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(head[index], 0)
+        if depth == 0:
+            return head[:index].rstrip(), head[index + 1:-1], fix
+    return text, "", ""
+
+
+def default_severity(code: str) -> str:
+    rule = rule_docs().get(code)
+    if rule is not None:
+        return rule.severity
+    if code.startswith(("E9", "F")):
+        return ERROR          # E999 syntax errors, pyflakes
+    return WARNING
+
+
+# ---------------------------------------------------------------------------- rule docs
+
+@dataclass(frozen=True)
+class RuleDoc:
+    code: str
+    name: str
+    severity: str
+    fix_safety: Optional[str]
+    summary: str
+    markdown: str                  # the docstring minus its title line
+    sections: Mapping[str, str]
+
+
+_DOCS: Optional[Dict[str, RuleDoc]] = None
+
+
+def rule_docs() -> Dict[str, RuleDoc]:
+    """Every rule's documentation, from the module docstrings (and the memory codes)."""
+    global _DOCS
+    if _DOCS is None:
+        import sys
+
+        from .rules import ALL_RULES
+
+        docs: Dict[str, RuleDoc] = {}
+        for rule in ALL_RULES:
+            module_doc = sys.modules[rule.__module__].__doc__ or ""
+            title, _, body = module_doc.strip().partition("\n")
+            summary = title.split(":", 1)[1].strip() if ":" in title else title.strip()
+            docs[rule.code] = RuleDoc(rule.code, rule.name, rule.severity, rule.fix_safety,
+                                      summary, body.strip(), _sections(body))
+        for code, (name, severity, summary) in VRAM_RULES.items():
+            body = (f"## What it does\nReports that {summary}.\n\n## Fix safety\nNo autofix.\n\n"
+                    "## Known limits\nComes from the `vram_estimator` plugin; see its "
+                    "documentation (`vram-estimate --help`).")
+            docs[code] = RuleDoc(code, name, severity, None, summary, body, _sections(body))
+        _DOCS = docs
+    return _DOCS
+
+
+def _sections(body: str) -> Dict[str, str]:
+    sections: Dict[str, str] = {}
+    current = None
+    lines: List[str] = []
+    for line in body.splitlines():
+        if line.startswith("## "):
+            if current is not None:
+                sections[current] = "\n".join(lines).strip()
+            current, lines = line[3:].strip(), []
+        elif current is not None:
+            lines.append(line)
+    if current is not None:
+        sections[current] = "\n".join(lines).strip()
+    return sections
+
+
+def explain(code: str) -> Optional[str]:
+    doc = rule_docs().get(code.upper())
+    if doc is None:
+        return None
+    safety = doc.fix_safety or "none"
+    header = (f"{doc.code} {doc.name} [{doc.severity}]: {doc.summary}\n"
+              f"autofix: {safety}{' (tpf fix)' if doc.fix_safety == 'safe' else ''}")
+    return f"{header}\n\n{doc.markdown}\n"
+
+
+def rules_table() -> str:
+    rows = [("code", "name", "level", "autofix", "summary")]
+    for doc in rule_docs().values():
+        rows.append((doc.code, doc.name, doc.severity, doc.fix_safety or "-", doc.summary))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    out = []
+    for row in rows:
+        out.append("  ".join(row[i].ljust(widths[i]) for i in range(4)) + "  " + row[4])
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------- terminal
+
+_COLOURS = {ERROR: "\033[31m", WARNING: "\033[33m", NOTE: "\033[36m"}
+_BOLD, _DIM, _RESET = "\033[1m", "\033[2m", "\033[0m"
+
+
+def render_terminal(items: Sequence[Item], sources: Mapping[str, Sequence[str]],
+                    colour: bool = False) -> str:
+    """A readable report: location, message, the source line with a caret, evidence, fix."""
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if colour else text
+
+    out: List[str] = []
+    for item in items:
+        level = paint(item.severity, _COLOURS.get(item.severity, ""))
+        head = item.what or item.text
+        out.append(f"{paint(f'{item.path}:{item.line}:{item.column}:', _BOLD)} "
+                   f"{paint(item.code, _BOLD)} [{level}] {head}")
+        lines = sources.get(item.path) or ()
+        if 1 <= item.line <= len(lines):
+            source = lines[item.line - 1].rstrip("\r\n").expandtabs(4)
+            gutter = str(item.line)
+            out.append(f"  {paint(gutter, _DIM)} | {source}")
+            caret_col = _display_column(lines[item.line - 1], item.column)
+            out.append(f"  {' ' * len(gutter)} | {' ' * caret_col}{paint('^', _COLOURS.get(item.severity, ''))}")
+        if item.evidence:
+            out.append(f"  = evidence: {item.evidence}")
+        if item.fix:
+            suffix = paint("  [tpf fix]", _DIM) if item.fixable else ""
+            out.append(f"  = fix: {item.fix}{suffix}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _display_column(line: str, column: int) -> int:
+    prefix = line[:max(column - 1, 0)]
+    return len(prefix.expandtabs(4))
+
+
+def summary_line(items: Sequence[Item], files: int, problems: int = 0) -> str:
+    counts = {level: sum(1 for i in items if i.severity == level) for level in (ERROR, WARNING, NOTE)}
+    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
+    if not items:
+        text = f"No findings in {plural(files, 'file')}."
+    else:
+        parts = ", ".join(plural(counts[level], level) for level in (ERROR, WARNING, NOTE)
+                          if counts[level])
+        text = f"Found {plural(len(items), 'finding')} ({parts}) in {plural(files, 'file')}."
+        fixable = sum(1 for i in items if i.fixable)
+        if fixable:
+            text += f" {fixable} fixable with `tpf fix`."
+    if problems:
+        text += f" {plural(problems, 'file')} could not be checked."
+    return text
+
+
+# ---------------------------------------------------------------------------- json
+
+def item_dict(item: Item) -> dict:
+    data = {"path": item.path, "line": item.line, "column": item.column, "code": item.code,
+            "severity": item.severity, "message": item.message}
+    if item.what:
+        data.update(what=item.what, evidence=item.evidence, fix=item.fix, fixable=item.fixable)
+    return data
+
+
+def render_json(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
+    payload = {
+        "tool": TOOL_NAME, "version": __version__,
+        "findings": [item_dict(item) for item in items],
+        "errors": [dict(e) for e in errors],
+        "summary": {level: sum(1 for i in items if i.severity == level)
+                    for level in (ERROR, WARNING, NOTE)},
+    }
+    return json.dumps(payload, indent=2, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------- sarif
+
+def _sarif_level(severity: str) -> str:
+    return severity if severity in (ERROR, WARNING, NOTE) else WARNING
+
+
+def _uri(path: str) -> str:
+    """A repository-relative URI when the file is under the current directory."""
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute == cwd or absolute.startswith(cwd + os.sep):
+        path = os.path.relpath(absolute, cwd)
+    else:
+        return "file://" + absolute.replace(os.sep, "/").replace(" ", "%20")
+    return path.replace(os.sep, "/").replace("%", "%25").replace(" ", "%20")
+
+
+def _sarif_rule(code: str) -> dict:
+    doc = rule_docs().get(code)
+    if doc is None:
+        return {"id": code, "shortDescription": {"text": code},
+                "defaultConfiguration": {"level": _sarif_level(default_severity(code))}}
+    help_text = "\n\n".join(f"{title}\n{doc.sections[title]}" for title in SECTIONS
+                            if title in doc.sections)
+    return {
+        "id": doc.code,
+        "name": doc.name,
+        "shortDescription": {"text": doc.summary},
+        "fullDescription": {"text": doc.sections.get("What it does", doc.summary)},
+        "help": {"text": help_text or doc.summary, "markdown": doc.markdown or doc.summary},
+        "defaultConfiguration": {"level": _sarif_level(doc.severity)},
+        "properties": {"tags": ["pytorch", "correctness" if doc.severity == ERROR else "performance"],
+                       "precision": "high", "fix-safety": doc.fix_safety or "none"},
+    }
+
+
+def sarif_log(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> dict:
+    codes = list(rule_docs())
+    for item in items:
+        if item.code not in codes:
+            codes.append(item.code)
+    index = {code: i for i, code in enumerate(codes)}
+    results = []
+    for item in items:
+        results.append({
+            "ruleId": item.code,
+            "ruleIndex": index[item.code],
+            "level": _sarif_level(item.severity),
+            "message": {"text": item.text},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(item.path), "uriBaseId": "%SRCROOT%"},
+                "region": {"startLine": max(item.line, 1), "startColumn": max(item.column, 1)},
+            }}],
+        })
+    invocation = {"executionSuccessful": not errors}
+    if errors:
+        invocation["toolExecutionNotifications"] = [
+            {"level": "error", "message": {"text": e["message"]},
+             "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(e["path"])}}}]}
+            for e in errors]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": TOOL_NAME, "version": __version__,
+                                "semanticVersion": __version__,
+                                "informationUri": INFORMATION_URI,
+                                "rules": [_sarif_rule(code) for code in codes]}},
+            "invocations": [invocation],
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": _srcroot()}},
+            "results": results,
+        }],
+    }
+
+
+def _srcroot() -> str:
+    root = os.getcwd().replace(os.sep, "/")
+    return "file://" + ("" if root.startswith("/") else "/") + root.replace(" ", "%20") + "/"
+
+
+def render_sarif(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
+    return json.dumps(sarif_log(items, errors), indent=2, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------- github
+
+_GITHUB_COMMAND = {ERROR: "error", WARNING: "warning", NOTE: "notice"}
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
+    """GitHub Actions workflow commands: one annotation per finding."""
+    out = []
+    for item in items:
+        name = rule_docs().get(item.code)
+        title = f"{item.code} {name.name}" if name else item.code
+        out.append(f"::{_GITHUB_COMMAND.get(item.severity, 'warning')} "
+                   f"file={_escape_property(item.path.replace(os.sep, '/'))},line={item.line},"
+                   f"col={item.column},title={_escape_property(title)}::"
+                   f"{_escape_data(item.message)}")
+    for error in errors:
+        out.append(f"::error file={_escape_property(error['path'])},title=tpf::"
+                   f"{_escape_data(error['message'])}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def sort_items(items: Iterable[Item]) -> List[Item]:
+    return sorted(items, key=lambda i: (i.path, i.line, i.column, i.code, i.text))
+
+
+def at_or_above(items: Iterable[Item], threshold: str) -> List[Item]:
+    floor = SEVERITY_ORDER[threshold]
+    return [i for i in items if SEVERITY_ORDER.get(i.severity, 1) >= floor]
