@@ -534,6 +534,12 @@ class FlowAnalyzer:
                          node=node)
         if qual.endswith(".from_pretrained") and ("Tokenizer" in qual or "Processor" in qual):
             return UNKNOWN
+        if not qual.startswith("torch."):
+            # `Net()` imported from a module class of another file of this project.
+            from .project import instance_of
+            instance = instance_of(self.a, qual, node)
+            if instance is not None:
+                return instance
         requires_grad = keyword(node, "requires_grad")
         if qual.startswith("torch."):
             if is_const(requires_grad, True):

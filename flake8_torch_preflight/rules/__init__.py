@@ -6,14 +6,20 @@ from .tpf001_retained_graph import RetainedGraph
 from .tpf002_eval_without_no_grad import EvalWithoutNoGrad
 from .tpf003_missing_zero_grad import MissingZeroGrad
 from .tpf004_unscaled_accumulation import UnscaledAccumulation
+from .tpf005_softmax_before_cross_entropy import SoftmaxBeforeCrossEntropy
+from .tpf006_bce_activation_mismatch import BceActivationMismatch
 from .tpf007_stuck_eval_mode import StuckEvalMode
+from .tpf012_optimizer_state_reset import OptimizerStateReset
 
 ALL_RULES = (
     RetainedGraph,
     EvalWithoutNoGrad,
     MissingZeroGrad,
     UnscaledAccumulation,
+    SoftmaxBeforeCrossEntropy,
+    BceActivationMismatch,
     StuckEvalMode,
+    OptimizerStateReset,
 )
 
 __all__ = ["ALL_RULES", "Rule"]

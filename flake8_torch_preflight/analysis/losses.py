@@ -1,0 +1,265 @@
+"""Loss calls and what feeds them: which loss a call computes, and where its input came from.
+
+Flow records every call as a `CallSite`; this module picks out the calls of the losses whose
+input convention matters (cross-entropy takes logits, NLL takes log-probabilities, BCE takes
+probabilities, BCE-with-logits takes logits) and explains the activation of the input:
+which call produced it, and, for a module's output, why that module ends in an activation.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple
+
+from . import torchapi as api
+from . import values as V
+from .astutil import dotted, keyword, short
+from .events import CallSite, FunctionFacts
+from .values import UNKNOWN, Value
+
+CROSS_ENTROPY = "cross_entropy"
+NLL = "nll_loss"
+BCE = "binary_cross_entropy"
+BCE_WITH_LOGITS = "binary_cross_entropy_with_logits"
+
+_FUNCTIONAL = {
+    "torch.nn.functional.cross_entropy": CROSS_ENTROPY,
+    "torch.nn.functional.nll_loss": NLL,
+    "torch.nn.functional.binary_cross_entropy": BCE,
+    "torch.nn.functional.binary_cross_entropy_with_logits": BCE_WITH_LOGITS,
+}
+_CLASSES = {
+    "CrossEntropyLoss": CROSS_ENTROPY,
+    "NLLLoss": NLL,
+    "BCELoss": BCE,
+    "BCEWithLogitsLoss": BCE_WITH_LOGITS,
+}
+SPELLING = {
+    CROSS_ENTROPY: ("nn.CrossEntropyLoss", "F.cross_entropy"),
+    NLL: ("nn.NLLLoss", "F.nll_loss"),
+    BCE: ("nn.BCELoss", "F.binary_cross_entropy"),
+    BCE_WITH_LOGITS: ("nn.BCEWithLogitsLoss", "F.binary_cross_entropy_with_logits"),
+}
+# Modules whose output is a raw score (no activation): `nn.Linear` and friends.
+RAW_OUTPUT_MODULES = frozenset({"torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear"})
+_MAX_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class LossCall:
+    call: CallSite
+    kind: str                      # CROSS_ENTROPY | NLL | BCE | BCE_WITH_LOGITS
+    spelled: str                   # how to name it in a message: `nn.CrossEntropyLoss`
+    made_at: Optional[int]         # line that constructed the loss object, if any
+    input_node: Optional[ast.expr]  # the first argument as written
+    input: Value                   # its value
+
+
+def loss_calls(analysis, facts: FunctionFacts) -> Iterator[LossCall]:
+    """Calls of the four losses in `facts`, with their first (input) argument."""
+    for call in facts.calls:
+        kind = made_at = None
+        if call.qualname in _FUNCTIONAL:
+            kind = _FUNCTIONAL[call.qualname]
+            spelled = SPELLING[kind][1]
+        elif call.qualname is None:
+            callee = facts.value(call.node.func)
+            if not callee.has(V.LOSS_FN):
+                continue
+            found = loss_class(analysis, facts, callee)
+            if found is None:
+                continue
+            kind, made_at = found
+            spelled = SPELLING[kind][0]
+        if kind is None:
+            continue
+        node = call.node.args[0] if call.node.args else keyword(call.node, "input")
+        if node is None or isinstance(node, ast.Starred):
+            continue
+        value = call.args[0] if call.node.args else facts.value(node)
+        yield LossCall(call, kind, spelled, made_at, node, value)
+
+
+def loss_class(analysis, facts: FunctionFacts, callee: Value,
+               depth: int = 0) -> Optional[Tuple[str, Optional[int]]]:
+    """(kind, line made) of a loss object: from its constructing call, or, for a parameter
+    (`def train(model, loader, criterion)`), from what every caller in this file passes."""
+    node = callee.node
+    if isinstance(node, ast.Call):
+        qual = analysis.imports.qualname(node.func) or ""
+        if qual.startswith("torch.nn.") and api.is_loss_class(qual):
+            kind = _CLASSES.get(qual.rsplit(".", 1)[-1])
+            return (kind, node.lineno) if kind else None
+        return None
+    if node is not None or not callee.params or facts.func is None or depth >= _MAX_DEPTH:
+        return None
+    return _from_callers(analysis, facts, callee, lambda f, v: loss_class(analysis, f, v, depth + 1)
+                         if v.has(V.LOSS_FN) else None)
+
+
+def _from_callers(analysis, facts: FunctionFacts, value: Value, ask):
+    """The one answer `ask(caller_facts, argument value)` gives for every caller of the
+    function whose parameter `value` is, or None when callers disagree or are unknown."""
+    if len(value.params) != 1:
+        return None
+    (index,) = value.params
+    func = facts.func
+    callers = analysis.callers(func)
+    if not callers:
+        return None
+    answers = set()
+    offset = 1 if func.is_method else 0
+    name = func.params[index] if index < len(func.params) else None
+    for caller_facts, local in callers:
+        node = local.node
+        arg = None
+        if offset <= index < offset + len(node.args):
+            arg = node.args[index - offset]
+        elif name is not None:
+            arg = keyword(node, name)
+        if arg is None or isinstance(arg, ast.Starred):
+            return None
+        answer = ask(caller_facts, caller_facts.value(arg))
+        if answer is None:
+            return None
+        answers.add(answer)
+    return answers.pop() if len(answers) == 1 else None
+
+
+# ---------------------------------------------------------------------- input provenance
+_SHAPE_METHODS = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous",
+                            "float", "half", "double", "bfloat16", "to", "cuda", "clone"})
+
+
+def producer(facts: FunctionFacts, node: ast.expr, value: Value,
+             through_shape: bool = False) -> Optional[CallSite]:
+    """The call that produced `value` (the argument as written, or the call whose result
+    was bound to the name), in this function; with `through_shape`, looking through
+    `.squeeze(-1)`, `.float()`, `.view(...)` and the like to the call they reshape."""
+    found = None
+    if isinstance(node, ast.Call):
+        for call in facts.calls:
+            if call.node is node:
+                found = call
+                break
+    if found is None:
+        for call in reversed(facts.calls):
+            if call.result is value:
+                found = call
+                break
+    hops = 0
+    while through_shape and found is not None and hops < 8 and found.qualname is None \
+            and found.method in _SHAPE_METHODS and found.receiver is not None \
+            and isinstance(found.node.func, ast.Attribute):
+        inner = producer(facts, found.node.func.value, found.receiver)
+        if inner is None:
+            break
+        found, hops = inner, hops + 1
+    return found
+
+
+def is_direct_activation_call(analysis, call: CallSite, tag: str) -> bool:
+    """`F.softmax(x, dim=1)`, `torch.softmax(...)`, `x.softmax(1)` written in the argument."""
+    if tag == V.SOFTMAX:
+        funcs, method = api.SOFTMAX_FUNCS, "softmax"
+    elif tag == V.LOG_SOFTMAX:
+        funcs, method = api.LOG_SOFTMAX_FUNCS, "log_softmax"
+    else:
+        funcs, method = api.SIGMOID_FUNCS, "sigmoid"
+    if call.qualname is not None:
+        return call.qualname in funcs
+    return call.method == method and call.receiver is not None and (
+        call.receiver.grad or call.receiver.has(V.TENSOR))
+
+
+def activation_source(analysis, facts: FunctionFacts, node: ast.expr, value: Value,
+                      tag: str) -> str:
+    """Words for where `value` got its activation `tag`: the call and its line, and for a
+    module output, why the module ends in it."""
+    call = producer(facts, node, value, through_shape=True)
+    if call is None:
+        origin = value.origin
+        return f"made at line {origin[0]}" if origin else "made earlier in this function"
+    text = f"`{short(call.node)}` at line {call.site.line}"
+    callee = facts.value(call.node.func)
+    if callee is UNKNOWN and call.receiver is not None and call.method == "forward":
+        callee = call.receiver
+    why = module_activation_reason(analysis, callee, tag)
+    return f"{text}, {why}" if why else text
+
+
+def module_activation_reason(analysis, module: Value, tag: str) -> Optional[str]:
+    """Why calling `module` gives `tag` output: its forward, its last layer, or its file."""
+    word = tag.replace("_", "-")
+    if module.has(V.ACTIVATION_MODULE):
+        return None
+    last = module.field("last")
+    if last is not None and last.activation == tag and isinstance(module.node, ast.Call):
+        return f"the `nn.Sequential` made at line {module.node.lineno} ends with a {word} layer"
+    project = module.field("project_class")
+    if project is not None and module.activation == tag:
+        return f"{project.node.where} returns {word} output from `forward`"
+    cls = module.cls
+    if cls is None and module.has(V.SELF):
+        cls = module.cls
+    if cls is not None:
+        forward = cls.method("forward")
+        if forward is not None:
+            return f"`{cls.name}.forward` (line {forward.node.lineno}) returns {word} output"
+    return None
+
+
+# ---------------------------------------------------------------------- raw logits
+def raw_logits_source(analysis, facts: FunctionFacts, node: ast.expr, value: Value,
+                      depth: int = 0) -> Optional[str]:
+    """Words for the module that produced `value` when it surely outputs raw scores (an
+    `nn.Linear`, an `nn.Sequential` ending in one, or a class of this file whose forward
+    returns one of those unchanged); None when the analysis cannot be sure."""
+    if value.tags & V.ACTIVATION_TAGS != {V.LOGITS} or depth > _MAX_DEPTH:
+        return None
+    call = producer(facts, node, value, through_shape=True)
+    if call is None:
+        return None
+    callee = facts.value(call.node.func)
+    if callee is UNKNOWN and call.method == "forward" and call.receiver is not None:
+        callee = call.receiver
+    if callee is UNKNOWN and dotted(call.node.func) == "self" and facts.func is not None:
+        return None
+    why = _raw_module(analysis, callee, depth)
+    if why is None:
+        return None
+    return f"`{short(call.node)}` at line {call.site.line} is the raw output of {why}"
+
+
+def _raw_module(analysis, module: Value, depth: int) -> Optional[str]:
+    if not module.has(V.MODULE) or module.has(V.ACTIVATION_MODULE) or module.has(V.LOSS_FN):
+        return None
+    node = module.node
+    if isinstance(node, ast.Call):
+        qual = analysis.imports.qualname(node.func)
+        if qual in RAW_OUTPUT_MODULES:
+            return f"the `{qual.replace('torch.nn.', 'nn.')}` made at line {node.lineno}"
+        last = module.field("last")
+        if last is not None and qual == "torch.nn.Sequential":
+            inner = _raw_module(analysis, last, depth + 1)
+            if inner is not None:
+                return f"the `nn.Sequential` made at line {node.lineno}, which ends with {inner}"
+            return None
+    cls = module.cls
+    if cls is not None and cls.is_module and module.field("project_class") is None:
+        forward = cls.method("forward")
+        if forward is None:
+            return None
+        fwd_facts = analysis.facts_for(forward)
+        returned = fwd_facts.returns
+        if returned.tags & V.ACTIVATION_TAGS != {V.LOGITS}:
+            return None
+        returns = [c for c in fwd_facts.calls if c.result is returned]
+        if len(returns) != 1:
+            return None
+        inner_callee = fwd_facts.value(returns[0].node.func)
+        inner = _raw_module(analysis, inner_callee, depth + 1)
+        if inner is None:
+            return None
+        return f"`{cls.name}.forward`, which returns the output of {inner}"
+    return None

@@ -1,0 +1,159 @@
+"""Across files of the same project: follow `from models import Net` to `models.py` beside us.
+
+Only what the import names is followed, and only to a `.py` file that exists next to the
+linted file (relative imports from the linted file's directory; absolute ones from its
+directory and from each parent directory while the one below is a package). The other file
+is parsed with `ast` and analysed like the linted file (one `FileAnalysis`, cached per
+process by path and modification time); it is never imported or executed. When an import
+does not resolve to such a file, callers get None and stay quiet.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, List, Optional, Tuple
+
+from . import values as V
+
+_MAX_HOPS = 3            # re-exports followed (`from .net import Net` in `models/__init__.py`)
+_MAX_PARENTS = 4         # package directories walked up for absolute imports
+_THIRD_PARTY = frozenset(
+    "torch torchvision torchaudio torchtext lightning pytorch_lightning lightning_fabric "
+    "accelerate transformers deepspeed timm peft trl diffusers numpy np os sys math random "
+    "typing collections functools itertools pathlib json re logging argparse dataclasses "
+    "bitsandbytes bnb apex einops tqdm wandb sklearn scipy pandas PIL cv2 datasets".split())
+
+# path -> (mtime, FileAnalysis or None when it does not parse)
+_ANALYSES: Dict[str, Tuple[float, object]] = {}
+_IN_PROGRESS: set = set()
+# (directory, module) -> path or None
+_FILES: Dict[Tuple[str, str], Optional[str]] = {}
+
+
+def analysis_for(path: str):
+    """The `FileAnalysis` of another project file, or None (missing, unreadable, unparsable)."""
+    from . import FileAnalysis   # late: analysis/__init__ imports flow, which imports us
+
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    cached = _ANALYSES.get(path)
+    if cached is not None and cached[0] == mtime:
+        return cached[1]
+    try:
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+        analysis = FileAnalysis(tree, path)
+    except (OSError, SyntaxError, ValueError):
+        analysis = None
+    _ANALYSES[path] = (mtime, analysis)
+    return analysis
+
+
+def module_file(filename: str, module: str) -> Optional[str]:
+    """The `.py` file that `module` (`models`, `.model`, `pkg.nets`) names, seen from
+    `filename`, or None when it is not a file of this project next to it."""
+    if not filename or filename.startswith("<") or not module.strip("."):
+        return None
+    here = os.path.dirname(os.path.abspath(filename))
+    key = (here, module)
+    if key in _FILES:
+        return _FILES[key]
+    level = len(module) - len(module.lstrip("."))
+    parts = module.lstrip(".").split(".")
+    roots: List[str] = []
+    if level:
+        root = here
+        for _ in range(level - 1):
+            root = os.path.dirname(root)
+        roots.append(root)
+    elif parts[0] not in _THIRD_PARTY:
+        root = here
+        roots.append(root)
+        for _ in range(_MAX_PARENTS):
+            if not os.path.isfile(os.path.join(root, "__init__.py")):
+                break
+            parent = os.path.dirname(root)
+            if parent == root:
+                break
+            root = parent
+            roots.append(root)
+    found = None
+    for root in roots:
+        base = os.path.join(root, *parts)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                found = candidate
+                break
+        if found:
+            break
+    _FILES[key] = found
+    return found
+
+
+def resolve_class(analysis, qualname: str, hops: int = 0):
+    """(FileAnalysis, ClassInfo) of the project class `qualname` names, or None."""
+    if hops > _MAX_HOPS or "." not in qualname:
+        return None
+    module, name = qualname.rsplit(".", 1)
+    path = module_file(analysis.filename, module)
+    if path is None or path in _IN_PROGRESS:
+        return None
+    _IN_PROGRESS.add(path)
+    try:
+        other = analysis_for(path)
+        if other is None:
+            return None
+        cls = other.index.classes.get(name)
+        if cls is not None:
+            return other, cls
+        # Re-exported: `from .net import Net` in `models/__init__.py`.
+        target = other.imports.resolve_name(name)
+        if target is None:
+            return None
+        return resolve_class(other, target, hops + 1)
+    finally:
+        _IN_PROGRESS.discard(path)
+
+
+def forward_activation(analysis, cls) -> Optional[str]:
+    """The activation (`V.SOFTMAX`, `V.LOG_SOFTMAX`, `V.SIGMOID`) every return of
+    `cls.forward` ends in, or None when it returns anything else or we cannot tell."""
+    forward = cls.method("forward")
+    if forward is None:
+        return None
+    tags = analysis.facts_for(forward).returns.tags & V.ACTIVATION_TAGS
+    for tag in (V.SOFTMAX, V.LOG_SOFTMAX, V.SIGMOID):
+        if tags == {tag}:
+            return tag
+    return None
+
+
+def instance_of(analysis, qualname: str, node: ast.Call) -> Optional[V.Value]:
+    """The value of `Net(...)` when `Net` is an `nn.Module` class of another project file:
+    a module whose forward's activation is known (see `forward_activation`)."""
+    last = qualname.rsplit(".", 1)[-1]
+    if not last[:1].isupper() or qualname.split(".", 1)[0] in _THIRD_PARTY:
+        return None
+    resolved = resolve_class(analysis, qualname)
+    if resolved is None:
+        return None
+    other, cls = resolved
+    if not cls.is_module:
+        return None
+    activation = forward_activation(other, cls)
+    fields = (("project_class", V.Value(node=ProjectClass(other, cls))),)
+    return V.Value(tags=frozenset({V.MODULE}), node=node, activation=activation, fields=fields)
+
+
+class ProjectClass:
+    """Marks where a module class of another file lives (for messages and further questions)."""
+
+    def __init__(self, analysis, cls) -> None:
+        self.analysis = analysis
+        self.cls = cls
+
+    @property
+    def where(self) -> str:
+        return f"`{self.cls.name}` in {os.path.basename(self.analysis.filename)}"

@@ -1,0 +1,254 @@
+"""TPF012 optimizer-state-reset: optimizer/scaler built inside the training loop.
+
+## What it does
+Reports the construction of an optimizer (`torch.optim.*`, `bnb.optim.*`, any
+`*Optimizer` / `AdamW` / `SGD` class), an AMP `GradScaler` or an LR scheduler inside an
+epoch or step loop that also steps it (directly or through a helper it calls with the
+object), while the model it trains is not rebuilt in that loop.
+
+## Why is this bad?
+The optimizer's state lives in the object: Adam's moment estimates, SGD momentum buffers,
+the scaler's loss scale and growth tracker, the scheduler's step count. Re-creating it each
+epoch (or step) throws that state away: Adam restarts its bias-corrected warm-up, the loss
+scale starts again at 65536 and skips steps while it re-calibrates, the schedule restarts at
+its first learning rate. Training runs and silently degrades.
+
+## Example
+```python
+model = Net().cuda()
+for epoch in range(epochs):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+```
+
+## Use instead
+```python
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+for epoch in range(epochs):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+```
+
+## Fix safety
+No autofix: moving the construction out of the loop changes which parameters and learning
+rate it sees when they are computed in the loop.
+
+## Known limits
+Quiet when the loop also builds a model (k-fold, trials, sweeps: any module constructed in
+it, directly or by a helper it calls, or a model name rebound in it), restores state in it
+(`load_state_dict`, `reset_parameters`, `apply(...)`), when the construction is under an
+`if` in the loop (rebuilding at an unfreeze epoch, lazy creation), and when the object is
+stepped only outside the loop or by code the analysis cannot see. A scheduler whose
+optimizer is also rebuilt in the loop is left to the optimizer's finding.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterator, Optional, Set
+
+from ..analysis import FileAnalysis
+from ..analysis import torchapi as api
+from ..analysis import values as V
+from ..analysis.astutil import dotted, keyword, short
+from ..analysis.events import CallSite, FunctionFacts
+from ..findings import ERROR, Finding
+from .base import Rule
+
+_STEPS = {"optimizer": ("step",), "scaler": ("step", "update", "scale"), "scheduler": ("step",)}
+_STATE_METHODS = frozenset({"load_state_dict", "reset_parameters", "apply", "init_weights",
+                            "_init_weights", "reset_weights", "initialize_weights"})
+_MAX_DEPTH = 2
+
+
+class OptimizerStateReset(Rule):
+    code = "TPF012"
+    name = "optimizer-state-reset"
+    severity = ERROR
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for facts in analysis.all_facts():
+            for call in facts.calls:
+                if not call.site.loops or call.qualname is None:
+                    continue
+                kind = _kind(call.qualname)
+                if kind is None:
+                    continue
+                finding = self._judge(analysis, facts, call, kind)
+                if finding is not None:
+                    yield finding
+
+    def _judge(self, analysis, facts: FunctionFacts, call: CallSite, kind: str) -> Optional[Finding]:
+        target = _bound_to(call)
+        for loop in reversed(call.site.loops):
+            if call.site.conds_inside(loop):
+                return None   # rebuilt under a condition: an unfreeze epoch, lazy creation
+            step = _stepped_in(analysis, facts, loop, call, target, kind)
+            if step is None:
+                continue
+            if not analysis.loop_does(facts, loop, "backward"):
+                return None
+            why_quiet = _model_rebuilt(analysis, facts, loop, call, kind)
+            if why_quiet:
+                return None
+            label = {"optimizer": "optimizer", "scaler": "GradScaler",
+                     "scheduler": "LR scheduler"}[kind]
+            lost = {"optimizer": "its moment/momentum state restarts",
+                    "scaler": "its loss scale restarts at the initial value",
+                    "scheduler": "the schedule restarts at its first step"}[kind]
+            name = f"`{target}`" if target else f"`{short(call.node)}`"
+            model = _model_text(call, kind)
+            model_words = (f"the model `{model}` is not rebuilt in it" if model
+                           else "no model is built in it")
+            return self.finding(
+                call.site,
+                f"{label} {name} is re-created every iteration of the loop at line "
+                f"{loop.lineno}: {lost}",
+                f"`{short(call.node)}` at line {call.site.line} inside the loop at line "
+                f"{loop.lineno}, which steps it at line {step}; {model_words}",
+                f"construct the {label} once, before the loop at line {loop.lineno}")
+        return None
+
+
+def _kind(qual: str) -> Optional[str]:
+    if qual in api.SCALER_NAMES:
+        return "scaler"
+    if api.SCHEDULER_RE.match(qual):
+        return "scheduler"
+    if api.OPTIMIZER_RE.match(qual) or api.OPTIMIZER_FACTORY_RE.match(qual):
+        return "optimizer"
+    return None
+
+
+def _bound_to(call: CallSite) -> Optional[str]:
+    """`optimizer` for `optimizer = torch.optim.Adam(...)`."""
+    stmt = call.site.stmt
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is call.node:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if len(targets) == 1:
+            return dotted(targets[0])
+    return None
+
+
+def _stepped_in(analysis, facts, loop, call: CallSite, target: Optional[str],
+                kind: str) -> Optional[int]:
+    """The line where `loop` steps the object `call` made, or None."""
+    methods = _STEPS[kind]
+    for other in facts.calls:
+        if loop not in other.site.loops or other.method not in methods:
+            continue
+        recv = other.receiver
+        if (recv is not None and recv.node is call.node) or (
+                target and isinstance(other.node.func, ast.Attribute)
+                and dotted(other.node.func.value) == target):
+            return other.site.line
+    if target is None:
+        return None
+    for local in facts.local_calls:
+        if loop not in local.site.loops:
+            continue
+        if _helper_steps(analysis, local.callee, local.node, target, methods, 0):
+            return local.site.line
+    return None
+
+
+def _helper_steps(analysis, func, node: ast.Call, target: str, methods, depth: int) -> bool:
+    """`func`, called as `node`, steps what the caller calls `target`."""
+    if depth > _MAX_DEPTH:
+        return False
+    names: Set[str] = set()
+    offset = 1 if func.is_method and isinstance(node.func, ast.Attribute) else 0
+    for i, arg in enumerate(node.args):
+        if dotted(arg) == target and i + offset < len(func.params):
+            names.add(func.params[i + offset])
+    for kw in node.keywords:
+        if kw.arg and dotted(kw.value) == target:
+            names.add(kw.arg)
+    if target.startswith("self.") and func.is_method:
+        names.add(target)
+    if not names:
+        return False
+    facts = analysis.facts_for(func)
+    for other in facts.calls:
+        if other.method in methods and isinstance(other.node.func, ast.Attribute) \
+                and dotted(other.node.func.value) in names:
+            return True
+    for local in facts.local_calls:
+        for name in names:
+            if _helper_steps(analysis, local.callee, local.node, name, methods, depth + 1):
+                return True
+    return False
+
+
+def _model_text(call: CallSite, kind: str) -> Optional[str]:
+    """`model` for `Adam(model.parameters())`."""
+    if kind != "optimizer":
+        return None
+    arg = call.node.args[0] if call.node.args else keyword(call.node, "params")
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) \
+            and arg.func.attr in ("parameters", "named_parameters"):
+        return dotted(arg.func.value)
+    return None
+
+
+def _model_rebuilt(analysis, facts: FunctionFacts, loop, call: CallSite, kind: str) -> bool:
+    """The loop builds (or re-initialises) a model, or the object's model/optimizer is
+    rebound in it: a fresh optimizer is then what the author wants."""
+    rebinds = set(facts.loop_rebinds.get(loop, frozenset()))
+    target = getattr(loop, "target", None)   # `for member in members:` binds it too
+    if target is not None:
+        elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+        rebinds.update(t for t in (dotted(e) for e in elts) if t)
+    model = _model_text(call, kind)
+    if model and (model in rebinds or model.split(".")[0] in rebinds - {"self"}):
+        return True
+    if any(api.MODEL_PARAM_RE.match(name.rsplit(".", 1)[-1]) for name in rebinds):
+        return True
+    if kind == "optimizer" and not model:
+        # `Adam([delta])` / `SGD(params)`: what it optimises is bound in the loop (a fresh
+        # perturbation, a per-sample latent), so a fresh optimizer is the intent.
+        arg = call.node.args[0] if call.node.args else keyword(call.node, "params")
+        if arg is None or any(dotted(n) in rebinds for n in ast.walk(arg)
+                               if isinstance(n, (ast.Name, ast.Attribute))):
+            return True
+    if kind == "scheduler":
+        arg = call.node.args[0] if call.node.args else keyword(call.node, "optimizer")
+        text = dotted(arg) if arg is not None else None
+        if text is None or text in rebinds:
+            return True   # its optimizer is rebuilt too: that finding covers it
+    local_nodes = {id(c.node): c.callee for c in facts.local_calls}
+    for other in facts.calls:
+        if loop not in other.site.loops:
+            continue
+        if other.method in _STATE_METHODS or (other.result.leaf and other.result.grad):
+            return True   # re-initialised, or a fresh trainable tensor made in the loop
+        if _builds_module(other):
+            return True
+        callee = local_nodes.get(id(other.node))
+        if callee is not None and _function_builds_module(analysis, callee, 0):
+            return True
+    return False
+
+
+def _builds_module(call: CallSite) -> bool:
+    result = call.result
+    if not result.has(V.MODULE) or result.has(V.LOSS_FN) or result.has(V.ACTIVATION_MODULE):
+        return False
+    return result.node is call.node or (call.qualname is None and call.method is None
+                                        and result.cls is not None)
+
+
+def _function_builds_module(analysis, func, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        return False
+    facts = analysis.facts_for(func)
+    if any(_builds_module(c) or c.method in _STATE_METHODS for c in facts.calls):
+        return True
+    return any(_function_builds_module(analysis, c.callee, depth + 1) for c in facts.local_calls)
