@@ -9,6 +9,7 @@ from .tpf004_unscaled_accumulation import UnscaledAccumulation
 from .tpf005_softmax_before_cross_entropy import SoftmaxBeforeCrossEntropy
 from .tpf006_bce_activation_mismatch import BceActivationMismatch
 from .tpf007_stuck_eval_mode import StuckEvalMode
+from .tpf008_ddp_without_sharding import DdpWithoutSharding
 from .tpf012_optimizer_state_reset import OptimizerStateReset
 
 ALL_RULES = (
@@ -19,6 +20,7 @@ ALL_RULES = (
     SoftmaxBeforeCrossEntropy,
     BceActivationMismatch,
     StuckEvalMode,
+    DdpWithoutSharding,
     OptimizerStateReset,
 )
 

@@ -1,0 +1,361 @@
+"""Distributed data-parallel facts: DDP/FSDP wrapping, loaders, samplers, sharding by rank.
+
+Used by TPF008 (a DDP/FSDP file whose training loader is not sharded) and TPF009 (a
+shuffling `DistributedSampler` whose epoch is never set). Everything is lenient in the
+direction of silence: an unknown sampler object, a dataset that mentions the rank anywhere
+it is built, a loader passed through `accelerator.prepare(...)` / `fabric.setup_dataloaders`
+or `**kwargs`, all count as sharded. Facts are computed once per file (memoised).
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+from . import torchapi as api
+from . import values as V
+from .astutil import dotted, is_const, keyword
+from .epochs import cache, epoch_loops, iterated_loaders, loaders_per_epoch
+from .events import CallSite, FunctionFacts
+from .index import VAL_LOADER_RE
+
+# Names (variables, attributes, keyword arguments, helpers) that say "this depends on the
+# process rank": a dataset or sampler built with one of them is taken to be sharded.
+RANK_TOKENS = frozenset(
+    """rank global_rank local_rank node_rank world_size num_replicas get_rank get_world_size
+    process_index local_process_index num_processes num_shards shard_id shard_index
+    split_dataset_by_node split_by_node split_by_worker nodesplitter""".split())
+RANK_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})
+# torch samplers that never look at the rank.
+PLAIN_SAMPLERS = frozenset(
+    f"torch.utils.data{mod}.{name}" for mod in ("", ".sampler")
+    for name in ("RandomSampler", "SequentialSampler", "WeightedRandomSampler"))
+PREPARE_METHODS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders"})
+
+
+def mentions_rank(node: Optional[ast.AST], tainted: FrozenSet[str] = frozenset()) -> bool:
+    """The expression reads a rank-like name, a `RANK` env variable, or a tainted name."""
+    if node is None:
+        return False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and (sub.id in RANK_TOKENS or sub.id in tainted):
+            return True
+        if isinstance(sub, ast.Attribute) and sub.attr in RANK_TOKENS:
+            return True
+        if isinstance(sub, ast.keyword) and sub.arg in RANK_TOKENS:
+            return True
+        if isinstance(sub, ast.Constant) and sub.value in RANK_ENV:
+            return True
+    return False
+
+
+@dataclass
+class Scope:
+    """Assignments of one function body (or the module body): name -> right-hand sides."""
+
+    producers: Dict[str, List[ast.expr]]
+    tainted: FrozenSet[str]      # names whose value derives from the rank
+
+
+def scope_of(analysis, facts: FunctionFacts) -> Scope:
+    memo = cache(analysis, "dist_scope")
+    key = id(facts)
+    if key in memo:
+        return memo[key]
+    body = facts.func.node.body if facts.func is not None else analysis.tree.body
+    producers: Dict[str, List[ast.expr]] = {}
+    for node in _walk_local(body):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for elt in _names(target):
+                    producers.setdefault(elt, []).append(node.value)
+    tainted: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, exprs in producers.items():
+            if name in tainted or "device" in name or "gpu" in name:
+                continue
+            if any(mentions_rank(e, frozenset(tainted)) for e in exprs):
+                tainted.add(name)
+                changed = True
+    scope = Scope(producers, frozenset(tainted))
+    memo[key] = scope
+    return scope
+
+
+# ------------------------------------------------------------------------ file facts
+def all_calls(analysis) -> List[Tuple[FunctionFacts, CallSite]]:
+    memo = cache(analysis, "dist_calls")
+    if "all" not in memo:
+        seen = set()
+        out = []
+        for facts in analysis.all_facts():
+            for call in facts.calls:
+                if id(call.node) not in seen:
+                    seen.add(id(call.node))
+                    out.append((facts, call))
+        memo["all"] = out
+    return memo["all"]
+
+
+def ddp_wraps(analysis) -> List[CallSite]:
+    """`DistributedDataParallel(...)` / `FSDP(...)` / `fully_shard(...)` calls in the file."""
+    return [c for _, c in all_calls(analysis) if c.qualname in api.DDP_WRAPPERS]
+
+
+def loader_constructions(analysis) -> List[Tuple[FunctionFacts, CallSite]]:
+    return [(f, c) for f, c in all_calls(analysis) if c.qualname in api.DATALOADER_NAMES]
+
+
+def sampler_constructions(analysis) -> List[Tuple[FunctionFacts, CallSite]]:
+    return [(f, c) for f, c in all_calls(analysis) if c.qualname in api.DISTRIBUTED_SAMPLERS]
+
+
+def prepared_nodes(analysis) -> Set[int]:
+    """ids of loader constructions passed to `accelerator.prepare` / `fabric.setup_dataloaders`."""
+    out = set()
+    for _, call in all_calls(analysis):
+        if call.method in PREPARE_METHODS or (call.qualname or "").endswith("prepare_data_loader"):
+            for value in call.args:
+                if value.node is not None:
+                    out.add(id(value.node))
+    return out
+
+
+def assigned_name(call: CallSite) -> Optional[str]:
+    """`train_loader` for `train_loader = DataLoader(...)` (last part of the target)."""
+    stmt = call.site.stmt
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and getattr(stmt, "value", None) is call.node:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
+        text = dotted(target)
+        if text:
+            return text.rsplit(".", 1)[-1]
+    return None
+
+
+def evaluation_loader(call: CallSite) -> bool:
+    name = assigned_name(call)
+    if name is None:
+        return False
+    lowered = name.lower()
+    return bool(VAL_LOADER_RE.match(name)) or lowered.startswith(("val", "valid", "test", "eval"))
+
+
+@dataclass(frozen=True)
+class TrainingLoader:
+    facts: FunctionFacts
+    call: CallSite
+    loop_line: Optional[int]     # the training loop that iterates it (None: the only loader)
+
+
+def training_loaders(analysis) -> List[TrainingLoader]:
+    """DataLoader constructions a training loop iterates; else the file's only training-named
+    or unnamed loader. Loaders seen prepared by a framework are left out."""
+    memo = cache(analysis, "training_loaders")
+    if "all" in memo:
+        return memo["all"]
+    by_node = {id(c.node): (f, c) for f, c in loader_constructions(analysis)}
+    prepared = prepared_nodes(analysis)
+    found: Dict[int, TrainingLoader] = {}
+    any_loader = False
+    for facts in analysis.all_facts():
+        for loop in analysis.training_loops(facts):
+            for value in iterated_loaders(analysis, facts, loop):
+                any_loader = True
+                if value.has(V.PREPARED) or value.node is None:
+                    continue
+                hit = by_node.get(id(value.node))
+                if hit is not None and id(value.node) not in found:
+                    found[id(value.node)] = TrainingLoader(hit[0], hit[1], loop.lineno)
+    if not found and not any_loader:
+        candidates = [(f, c) for f, c in by_node.values() if not evaluation_loader(c)]
+        if len(candidates) == 1:
+            f, c = candidates[0]
+            found[id(c.node)] = TrainingLoader(f, c, None)
+    result = [t for key, t in found.items() if key not in prepared]
+    memo["all"] = result
+    return result
+
+
+# ------------------------------------------------------------------------ sharding
+def sharding_reason(analysis, facts: FunctionFacts, call: CallSite) -> Optional[str]:
+    """Why the loader built by `call` is (or may be) sharded by rank; None when it is not."""
+    node = call.node
+    if any(kw.arg is None for kw in node.keywords):
+        return "`**kwargs` may carry a sampler"
+    scope = scope_of(analysis, facts)
+    for name in ("sampler", "batch_sampler"):
+        expr = keyword(node, name)
+        if expr is None and name == "sampler" and len(node.args) >= 4:
+            expr = node.args[3]
+        if expr is None or is_const(expr, None):
+            continue
+        if not _plain_sampler(analysis, facts, scope, expr):
+            return f"`{name}=` is a DistributedSampler or a sampler we cannot see into"
+    dataset = keyword(node, "dataset") or (node.args[0] if node.args else None)
+    if dataset is None:
+        return "no dataset argument"
+    if _dataset_sharded(analysis, facts, scope, dataset, depth=2):
+        return "the dataset is split by rank"
+    return None
+
+
+def _plain_sampler(analysis, facts, scope: Scope, expr: ast.expr) -> bool:
+    """The sampler expression is a torch sampler that ignores the rank (RandomSampler…)."""
+    if facts.value(expr).has(V.DIST_SAMPLER):
+        return False
+    exprs = [expr]
+    if isinstance(expr, ast.Name):
+        exprs = scope.producers.get(expr.id, [])
+        if not exprs:
+            return False
+    for e in exprs:
+        if not isinstance(e, ast.Call) or analysis.imports.qualname(e.func) not in PLAIN_SAMPLERS:
+            return False
+        if mentions_rank(e, scope.tainted):
+            return False
+    return True
+
+
+def _dataset_sharded(analysis, facts, scope: Scope, expr: ast.expr, depth: int) -> bool:
+    if mentions_rank(expr, scope.tainted):
+        return True
+    value = facts.value(expr)
+    if value.cls is not None and _class_reads_rank(analysis, value.cls):
+        return True
+    if value.has(V.PREPARED):
+        return True
+    text = dotted(expr)
+    if text is None:
+        return False
+    head = text.split(".", 1)[0]
+    rhss = scope.producers.get(text, []) + (scope.producers.get(head, []) if head != text else [])
+    if not rhss and facts.func is not None and head not in facts.func.params:
+        module = scope_of(analysis, analysis.module_facts)   # a module-level dataset
+        rhss = module.producers.get(text, []) + module.producers.get(head, [])
+        if any(mentions_rank(r, module.tainted) for r in rhss):
+            return True
+    for rhs in rhss:
+        if _expr_sharded(analysis, facts, scope, rhs):
+            return True
+    for call in facts.calls:
+        func = call.node.func
+        if isinstance(func, ast.Attribute) and dotted(func.value) == text and \
+                mentions_rank(call.node, scope.tainted):
+            return True    # `dataset.shard(num_shards=world_size, index=rank)` as a statement
+    if value.params and facts.func is not None and depth > 0:
+        from .epochs import argument_for
+        for caller_facts, local in analysis.callers(facts.func):
+            for index in value.params:
+                arg = argument_for(facts.func, local.node, index)
+                if arg is None or _dataset_sharded(analysis, caller_facts,
+                                                   scope_of(analysis, caller_facts), arg, depth - 1):
+                    return True
+    return False
+
+
+def _expr_sharded(analysis, facts, scope: Scope, rhs: ast.expr) -> bool:
+    if mentions_rank(rhs, scope.tainted):
+        return True
+    for sub in ast.walk(rhs):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+            cls = analysis.index.classes.get(sub.func.id)
+            if cls is not None and _class_reads_rank(analysis, cls):
+                return True
+            func = analysis.index.function_named(sub.func.id, facts.func)
+            if func is not None and mentions_rank(func.node):
+                return True
+    return False
+
+
+def _class_reads_rank(analysis, cls) -> bool:
+    memo = cache(analysis, "class_reads_rank")
+    if id(cls) not in memo:
+        memo[id(cls)] = mentions_rank(cls.node) or any(
+            _class_reads_rank(analysis, base) for base in cls.local_bases if base is not cls)
+    return memo[id(cls)]
+
+
+# ------------------------------------------------------------------------ samplers
+def shuffles(call: CallSite) -> bool:
+    """The DistributedSampler shuffles: `shuffle` left out or literally True."""
+    expr = keyword(call.node, "shuffle")
+    if expr is None and len(call.node.args) >= 4:
+        expr = call.node.args[3]
+    return expr is None or is_const(expr, True)
+
+
+@dataclass(frozen=True)
+class EpochFeed:
+    facts: FunctionFacts
+    epoch_loop: ast.AST
+    loader: V.Value
+
+
+def epoch_feeds(analysis, sampler_node: ast.AST) -> List[EpochFeed]:
+    """Epoch loops that train on a loader fed by the sampler built at `sampler_node`."""
+    out = []
+    for facts in analysis.all_facts():
+        for loop in epoch_loops(analysis, facts):
+            for value, _ in loaders_per_epoch(analysis, facts, loop):
+                if value.has(V.PREPARED):
+                    continue
+                sampler = value.field("sampler")
+                if sampler is not None and sampler.has(V.DIST_SAMPLER) and sampler.node is sampler_node:
+                    out.append(EpochFeed(facts, loop, value))
+                    break
+    return out
+
+
+def sets_epoch(analysis, facts: FunctionFacts, loop: ast.AST, sampler_node: ast.AST) -> bool:
+    """Something in `loop` (directly or in a helper it calls) calls `set_epoch` on this
+    sampler, its loader, or an object we cannot tell apart from them."""
+    def matches(call: CallSite) -> bool:
+        if call.method != "set_epoch":
+            return False
+        recv = call.receiver
+        if recv is not None and recv.has(V.DIST_SAMPLER) and recv.node is not None:
+            return recv.node is sampler_node
+        return True
+
+    if any(matches(c) for c in facts.calls if loop in c.site.loops):
+        return True
+    seen: Set[int] = set()
+    todo = [c.callee for c in facts.local_calls if loop in c.site.loops]
+    while todo:
+        func = todo.pop()
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        helper = analysis.facts_for(func)
+        if any(matches(c) for c in helper.calls):
+            return True
+        todo.extend(c.callee for c in helper.local_calls)
+    return False
+
+
+# ------------------------------------------------------------------------ utilities
+def _names(target) -> Iterable[str]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _names(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _names(target.value)
+    else:
+        text = dotted(target)
+        if text:
+            yield text
+
+
+def _walk_local(body):
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            todo.append(child)

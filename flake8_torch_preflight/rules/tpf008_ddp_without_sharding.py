@@ -1,0 +1,89 @@
+"""TPF008 ddp-without-sharding: DDP/FSDP training on a loader that every rank reads whole.
+
+## What it does
+In a file that wraps a model in `DistributedDataParallel`, `FullyShardedDataParallel`/`FSDP`
+or `fully_shard`, reports the training `DataLoader(...)` (the loader a training loop
+iterates, following helper arguments; or, when no loop shows it, the file's only loader not
+named for validation) when nothing shards it by rank: no `DistributedSampler`, no other
+`sampler=`/`batch_sampler=` that may know the rank, no dataset that splits itself by rank
+(a dataset class of the file that reads the rank or world size, `split_dataset_by_node`, a
+dataset built or `.shard()`-ed with rank arguments), and no `accelerator.prepare(...)` /
+`fabric.setup_dataloaders(...)` over it.
+
+## Why is this bad?
+DDP only averages gradients; it does not split data. Every process iterates the same
+batches, so N GPUs compute N copies of the same gradient: an epoch costs as much as on one
+GPU, the effective batch does not grow, and the learning-rate scaling tuned for N× data is
+wrong. Nothing fails and the loss curve looks normal.
+
+## Example
+```python
+model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+loader = DataLoader(dataset, batch_size=64, shuffle=True)
+for epoch in range(epochs):
+    for x, y in loader:
+        ...
+```
+
+## Use instead
+```python
+model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        ...
+```
+
+## Fix safety
+Unsafe: the sampler replaces `shuffle=True` and needs `set_epoch` every epoch (TPF009);
+placed by hand.
+
+## Known limits
+Lenient towards silence: any sampler that is not a plain `RandomSampler`,
+`SequentialSampler` or `WeightedRandomSampler` built without rank arguments counts as
+rank-aware, as does a dataset whose construction, helper or class mentions the rank or world
+size anywhere, a loader built with `**kwargs`, and a dataset passed in as a parameter that no
+caller in the file supplies. Loaders built by imported factories are not seen. Files that
+use Accelerate, Fabric or a Lightning `Trainer` without wrapping the model themselves are
+out of scope: the framework shards the data.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..analysis import FileAnalysis
+from ..analysis.distributed import assigned_name, ddp_wraps, sharding_reason, training_loaders
+from ..findings import ERROR, Finding
+from .base import Rule
+
+
+class DdpWithoutSharding(Rule):
+    code = "TPF008"
+    name = "ddp-without-sharding"
+    severity = ERROR
+    fix_safety = "unsafe"
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        wraps = ddp_wraps(analysis)
+        if not wraps:
+            return
+        wrap = min(wraps, key=lambda c: c.site.line)
+        wrapper = wrap.qualname.rsplit(".", 1)[-1]
+        for loader in training_loaders(analysis):
+            if sharding_reason(analysis, loader.facts, loader.call) is not None:
+                continue
+            how = (f"iterated by the training loop at line {loader.loop_line}"
+                   if loader.loop_line else "the file's only training loader")
+            name = assigned_name(loader.call) or "DataLoader(...)"
+            yield self.finding(
+                loader.call.site,
+                f"training loader `{name}` is not sharded across ranks",
+                f"the model is wrapped by `{wrapper}(...)` at line {wrap.site.line}; this "
+                f"loader is {how}; it has no DistributedSampler or rank-aware sampler, its "
+                f"dataset is not split by rank and it is not passed to "
+                f"`accelerator.prepare`/`fabric.setup_dataloaders`, so every rank trains on "
+                f"the same batches",
+                "pass `sampler=DistributedSampler(dataset)` (instead of `shuffle=True`) and call "
+                "`sampler.set_epoch(epoch)` at the top of each epoch")
