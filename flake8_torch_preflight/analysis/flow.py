@@ -26,6 +26,9 @@ _STORE_METHODS = {"append": "append", "extend": "extend", "insert": "insert", "a
 _CONTAINER_READ_METHODS = frozenset({"pop", "popleft", "get", "values", "items", "copy", "index"})
 _MODULE_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double",
                                   "bfloat16", "requires_grad_", "type", "share_memory"})
+# Graph-breaking methods whose result lives on the host (a number, a size, a list/array).
+_HOST_RESULTS = frozenset({"item", "tolist", "numpy", "size", "dim", "numel", "nelement",
+                           "element_size", "data_ptr", "stride", "get_device", "is_contiguous"})
 _MAX_DEPTH_TWICE = 4   # loops nested deeper than this are walked once
 
 
@@ -352,7 +355,7 @@ class FlowAnalyzer:
         attr = node.attr
         if base.grad:
             if attr in api.GRAPH_BREAKING_ATTRS:
-                return base.no_graph(V.TENSOR)
+                return base.no_graph(V.TENSOR if attr in ("data", "grad") else V.PYSCALAR)
             tag = V.LOGITS if attr == "logits" else V.LOSS if attr == "loss" else None
             return derived([base], *( (tag,) if tag else ()))
         if base.has(V.LOADER):
@@ -364,6 +367,8 @@ class FlowAnalyzer:
             return Value(tags=frozenset({V.MODULE}))
         if base.has(V.CONTAINER):
             return base
+        if base.has(V.TENSOR) and not base.has(V.PYSCALAR) and attr in ("grad", "data", "T", "mT"):
+            return Value(tags=frozenset({V.TENSOR}))   # `p.grad` of a parameter (TPF010)
         return UNKNOWN
 
     def expr_Subscript(self, node: ast.Subscript) -> Value:
@@ -375,7 +380,8 @@ class FlowAnalyzer:
             return derived([base], *(t for t in base.tags if t in V.ACTIVATION_TAGS))
         if base.has(V.MODULE):
             return Value(tags=frozenset({V.MODULE}))  # nn.Sequential / ModuleList indexing
-        return Value(tags=base.tags & {V.TENSOR}, containers=base.containers, params=base.params)
+        return Value(tags=base.tags & {V.TENSOR, V.PYSCALAR}, containers=base.containers,
+                     params=base.params)
 
     def expr_BinOp(self, node: ast.BinOp) -> Value:
         left, right = self.expr(node.left), self.expr(node.right)
@@ -402,10 +408,13 @@ class FlowAnalyzer:
         return operand
 
     def expr_Compare(self, node: ast.Compare) -> Value:
-        self.expr(node.left)
-        for comparator in node.comparators:
-            self.expr(comparator)
-        return Value(tags=frozenset({V.COUNTER_COND})) if contains_mod(node) else UNKNOWN
+        operands = [self.expr(node.left)] + [self.expr(c) for c in node.comparators]
+        if contains_mod(node):
+            return Value(tags=frozenset({V.COUNTER_COND}))
+        if not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops) \
+                and any((v.grad or v.has(V.TENSOR)) and not v.has(V.PYSCALAR) for v in operands):
+            return Value(tags=frozenset({V.TENSOR}))   # `pred == y`: a bool tensor, no graph
+        return UNKNOWN
 
     def expr_BoolOp(self, node: ast.BoolOp) -> Value:
         parts = [self.expr(v) for v in node.values]
@@ -451,6 +460,10 @@ class FlowAnalyzer:
 
     def expr_JoinedStr(self, node) -> Value:
         self.generic(node)
+        head = node.values[0] if node.values else None
+        if isinstance(head, ast.Constant) and isinstance(head.value, str) \
+                and head.value.startswith("cuda"):
+            return Value(tags=frozenset({V.CUDA_DEVICE}))   # f"cuda:{local_rank}"
         return UNKNOWN
 
     def expr_Await(self, node) -> Value:
@@ -685,7 +698,7 @@ class FlowAnalyzer:
         if method in ("detach", "detach_"):
             return recv.no_graph(V.TENSOR)
         if method in api.GRAPH_BREAKING_METHODS:
-            return recv.no_graph(V.PYSCALAR if method == "item" else V.TENSOR)
+            return recv.no_graph(V.PYSCALAR if method in _HOST_RESULTS else V.TENSOR)
         if method == "softmax":
             return _activation((recv,), V.SOFTMAX)
         if method == "log_softmax":

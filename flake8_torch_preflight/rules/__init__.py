@@ -10,7 +10,10 @@ from .tpf005_softmax_before_cross_entropy import SoftmaxBeforeCrossEntropy
 from .tpf006_bce_activation_mismatch import BceActivationMismatch
 from .tpf007_stuck_eval_mode import StuckEvalMode
 from .tpf008_ddp_without_sharding import DdpWithoutSharding
+from .tpf010_hot_loop_sync import HotLoopSync
+from .tpf011_unseeded_randomness import UnseededRandomness
 from .tpf012_optimizer_state_reset import OptimizerStateReset
+from .tpf013_input_pipeline_stall import InputPipelineStall
 
 ALL_RULES = (
     RetainedGraph,
@@ -21,7 +24,10 @@ ALL_RULES = (
     BceActivationMismatch,
     StuckEvalMode,
     DdpWithoutSharding,
+    HotLoopSync,
+    UnseededRandomness,
     OptimizerStateReset,
+    InputPipelineStall,
 )
 
 __all__ = ["ALL_RULES", "Rule"]

@@ -1,0 +1,235 @@
+"""Where tensors live: does the file target CUDA, which calls move data to a device, and
+which names a loop body changes in place (so a transfer of them is not loop-invariant).
+
+Everything here is computed once per file (or once per loop asked about) from the facts the
+flow analysis already recorded: `facts.calls` and the `Value`s tagged `CUDA_DEVICE`.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, Optional, Set, Tuple
+
+from . import values as V
+from .astutil import dotted, keyword
+from .events import CallSite, FunctionFacts
+
+# Calls that only make sense when the script runs on an NVIDIA GPU.
+_CUDA_CALLS = frozenset({"torch.cuda.set_device", "torch.cuda.synchronize",
+                         "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"})
+# Last component of an argument that names a device (`device`, `self.device`, `local_rank`).
+_DEVICE_WORDS = frozenset({"device", "dev", "rank", "local_rank", "gpu", "gpu_id", "cuda_device",
+                           "device_id"})
+# In-place tensor / container methods: a name they are called on changes inside the loop.
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "add", "pop", "clear", "remove",
+                       "setdefault", "copy_", "fill_", "zero_", "set_", "resize_"})
+
+
+def cuda_evidence(analysis) -> Optional[Tuple[int, str]]:
+    """(line, what) of the first sign that the file targets CUDA, or None (memoised)."""
+    cached = analysis.__dict__.get("_tpf_cuda_evidence", False)
+    if cached is not False:
+        return cached
+    found: Optional[Tuple[int, str]] = None
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            what = _cuda_call(facts, call)
+            if what is not None and (found is None or call.site.line < found[0]):
+                found = (call.site.line, what)
+    analysis.__dict__["_tpf_cuda_evidence"] = found
+    return found
+
+
+def targets_cuda(analysis) -> bool:
+    return cuda_evidence(analysis) is not None
+
+
+def _cuda_call(facts: FunctionFacts, call: CallSite) -> Optional[str]:
+    node = call.node
+    if call.qualname is None and call.method == "cuda":
+        return "`.cuda()`"
+    if call.qualname in _CUDA_CALLS or (call.qualname or "").startswith("torch.cuda.amp."):
+        return f"`{call.qualname}()`"
+    if call.qualname == "torch.device" and call.result.has(V.CUDA_DEVICE):
+        return "`torch.device(\"cuda\")`"
+    if call.qualname is None and call.method == "to" and any(a.has(V.CUDA_DEVICE) for a in call.args):
+        return "`.to(<cuda device>)`"
+    for kw in node.keywords:
+        if kw.arg in ("device", "device_type") and facts.value(kw.value).has(V.CUDA_DEVICE):
+            return "`device=\"cuda\"`"
+        if kw.arg == "accelerator" and isinstance(kw.value, ast.Constant) \
+                and kw.value.value in ("gpu", "cuda"):
+            return f"`accelerator=\"{kw.value.value}\"`"
+    return None
+
+
+def is_transfer(facts: FunctionFacts, call: CallSite) -> bool:
+    """`x.cuda(...)` or `x.to(<device>)` — a host-to-device move, not a dtype cast."""
+    if call.qualname is not None or not isinstance(call.node.func, ast.Attribute):
+        return False
+    if call.method == "cuda":
+        return True
+    if call.method != "to":
+        return False
+    node = call.node
+    device = keyword(node, "device")
+    candidates = ([device] if device is not None else []) + list(node.args[:1])
+    for arg in candidates:
+        if facts.value(arg).has(V.CUDA_DEVICE):
+            return True
+        text = dotted(arg)
+        if text is not None and text.rsplit(".", 1)[-1].lower() in _DEVICE_WORDS:
+            return True
+    return False
+
+
+def transfer_target(call: CallSite) -> str:
+    """Text of where `.to(...)`/`.cuda(...)` sends its receiver, to compare two transfers."""
+    node = call.node
+    if call.method == "cuda":
+        return "cuda:" + ",".join(ast.unparse(a) for a in node.args)
+    device = keyword(node, "device")
+    arg = device if device is not None else (node.args[0] if node.args else None)
+    return ast.unparse(arg) if arg is not None else ""
+
+
+def non_blocking(call: CallSite) -> bool:
+    flag = keyword(call.node, "non_blocking")
+    return isinstance(flag, ast.Constant) and flag.value is True
+
+
+def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
+    """Names the loop body changes without rebinding them: `x[i] = ...`, `x += ...`,
+    `x.copy_(...)`, `x.normal_()`, `xs.append(...)` (memoised per loop)."""
+    cache: Dict[int, Set[str]] = analysis.__dict__.setdefault("_tpf_loop_mutations", {})
+    key = id(loop)
+    if key in cache:
+        return cache[key]
+    names: Set[str] = set()
+    for call in facts.calls:
+        if loop in call.site.loops and call.method is not None \
+                and isinstance(call.node.func, ast.Attribute) \
+                and (call.method in _MUTATORS or (call.method.endswith("_")
+                                                  and not call.method.startswith("_"))):
+            text = dotted(call.node.func.value)
+            if text is not None:
+                names.add(text)
+    for target in _flat(getattr(loop, "target", None)):
+        text = dotted(target)
+        if text is not None:
+            names.add(text)      # the loop's own variable changes every iteration
+    todo = list(loop.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.AugAssign):
+            _add_target(names, node.target)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(target, (ast.Subscript, ast.Attribute)):
+                    _add_target(names, target)
+        todo.extend(ast.iter_child_nodes(node))
+    cache[key] = names
+    return names
+
+
+def loop_targets(loop: ast.AST) -> Set[str]:
+    """Names a `for` loop binds in its header (`x`, `y` in `for x, y in loader`)."""
+    return {t for t in (dotted(e) for e in _flat(getattr(loop, "target", None))) if t}
+
+
+def _flat(target):
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _flat(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _flat(target.value)
+    elif target is not None:
+        yield target
+
+
+def _add_target(names: Set[str], target: ast.AST) -> None:
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        text = dotted(target)
+        if text is not None:
+            names.add(text)
+        target = target.value
+    text = dotted(target)
+    if text is not None:
+        names.add(text)
+
+
+# ---------------------------------------------------------------------- per-step code
+_STEP_HOOKS = frozenset({"training_step", "on_train_batch_start", "on_train_batch_end",
+                         "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+                         "compute_loss", "on_step_begin", "on_step_end"})
+
+
+def step_loops(analysis, facts: FunctionFacts):
+    """The innermost training loops of `facts` that are *step* loops: one iteration is one
+    optimisation step (the backward is in the loop, or in a helper that has no training loop
+    of its own), as opposed to an epoch loop that calls `train_one_epoch()`."""
+    cache: Dict[int, list] = analysis.__dict__.setdefault("_tpf_step_loops", {})
+    key = id(facts)
+    if key not in cache:
+        loops = []
+        for loop in analysis.innermost_loops_doing(facts, "backward"):
+            if any(loop in b.site.loops for b in facts.backwards) or any(
+                    loop in c.site.loops and analysis.function_does(c.callee, "backward")
+                    and not runs_training_loop(analysis, c.callee) for c in facts.local_calls):
+                loops.append(loop)
+        cache[key] = loops
+    return cache[key]
+
+
+def runs_training_loop(analysis, func) -> bool:
+    """`func` (or a helper it calls outside any loop) contains a training loop."""
+    memo: Dict[object, bool] = analysis.__dict__.setdefault("_tpf_runs_training_loop", {})
+    if func in memo:
+        return memo[func]
+    memo[func] = False   # recursion guard
+    facts = analysis.facts_for(func)
+    result = bool(analysis.training_loops(facts)) or any(
+        runs_training_loop(analysis, c.callee) for c in facts.local_calls if not c.site.loops)
+    memo[func] = result
+    return result
+
+
+def hot_reason(analysis, func) -> Optional[str]:
+    """Why `func` runs once per training step (a framework step hook, or a call from a
+    training step loop that no `if` guards), or None."""
+    memo: Dict[object, Optional[str]] = analysis.__dict__.setdefault("_tpf_hot_reason", {})
+    if func in memo:
+        return memo[func]
+    memo[func] = None    # recursion guard
+    reason = None
+    framework = analysis.framework_owned(func)
+    if framework and func.cls is not None and func.parent is None and func.name in _STEP_HOOKS:
+        reason = f"`{func.name}()` runs every step under {framework}"
+    else:
+        for cfacts, call in analysis.callers(func):
+            site = call.site
+            if analysis.evaluation_reason(cfacts, site):
+                continue
+            loop = next((l for l in step_loops(analysis, cfacts) if l in site.loops), None)
+            if loop is not None:
+                if not site.conds_inside(loop):
+                    reason = (f"`{func.name}()` is called at line {site.line} in the training "
+                              f"loop at line {loop.lineno}")
+                    break
+            elif not site.loops and not site.conds and cfacts.func is not None \
+                    and hot_reason(analysis, cfacts.func):
+                reason = (f"`{func.name}()` is called at line {site.line} by "
+                          f"{hot_reason(analysis, cfacts.func)}")
+                break
+    memo[func] = reason
+    return reason
+
+
+def encloses(outer: ast.AST, inner: ast.AST) -> bool:
+    """`inner`'s source span lies within `outer`'s (no tree walk)."""
+    try:
+        return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and \
+            (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+    except (AttributeError, TypeError):
+        return False

@@ -1,0 +1,221 @@
+"""TPF010 hot-loop-sync: the host waits for the GPU inside every training step.
+
+## What it does
+Only in files that target CUDA (`.cuda()`, `device="cuda"`, `torch.device("cuda", ...)`,
+`.to(<cuda device>)`, `torch.cuda.set_device`, Lightning `accelerator="gpu"`), reports
+host-device synchronisations on the hot path of training:
+
+- **warning**: a sync inside a loop nested in the training step (`.item()`, `.cpu()`,
+  `.numpy()`, `.tolist()`, `float(t)`, `int(t)`, `print(t)` on a tensor, once per element:
+  per-parameter gradient norms, per-sample accuracy), also in a helper called every step
+  or a framework step hook (`training_step`); and `torch.cuda.synchronize()` every step
+  in code that does no timing.
+- **note**: a per-step `.item()`/`.cpu()` whose result only feeds logging (`print`, a
+  logger, `pbar.set_postfix`, `running_loss += loss.item()`, `losses.append(...)`), when it
+  is not under a logging interval.
+
+## Why is this bad?
+CUDA kernels run asynchronously: the Python loop normally races ahead and queues the next
+step while the GPU works. `.item()` and friends force the host to wait until every queued
+kernel has finished, then copy the value back. Once per step this costs a bubble per step;
+once per parameter or per sample it serialises the whole step and the GPU sits idle.
+
+## Example
+```python
+for step, (x, y) in enumerate(loader):
+    x, y = x.cuda(), y.cuda()
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    for name, p in model.named_parameters():
+        grad_norms[name] = p.grad.norm().item()
+```
+
+## Use instead
+```python
+for step, (x, y) in enumerate(loader):
+    x, y = x.cuda(), y.cuda()
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    running += loss.detach()
+    if step % log_every == 0:
+        norms = torch.stack([p.grad.norm() for p in model.parameters()])
+        print(step, (running / log_every).item(), norms.max().item())
+        running.zero_()
+```
+
+## Fix safety
+No autofix: moving the sync behind a logging interval changes what is logged.
+
+## Known limits
+Quiet under any `if` inside the training loop (a logging interval `if step % k == 0`, an
+opt-in flag, a checkpoint-step guard), after the loop, in evaluation code, in files with
+no sign of CUDA, for Python numbers (`float(step)`), and for syncs whose result the loop
+needs (`if not math.isfinite(loss.item())`). Tensor-ness comes from the flow analysis: a
+tensor returned by another package's function is not recognised. Implicit syncs (`if t:`,
+boolean masks, `nonzero()`) and `.item()` returned from a per-step helper are not reported.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from ..analysis import FileAnalysis
+from ..analysis import values as V
+from ..analysis.astutil import dotted, short
+from ..analysis.device import cuda_evidence, encloses, hot_reason, step_loops
+from ..analysis.events import CallSite, FunctionFacts
+from ..findings import NOTE, WARNING, Finding
+from .base import Rule
+
+_SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
+_SYNC_BUILTINS = frozenset({"float", "int", "bool", "print"})
+_LOG_METHODS = frozenset({"log", "log_dict", "log_metrics", "info", "debug", "warning",
+                          "add_scalar", "add_scalars", "set_postfix", "set_postfix_str",
+                          "set_description", "write", "append", "extend"})
+_TIMING = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.process_time",
+                     "time.perf_counter_ns", "time.time_ns", "timeit.default_timer",
+                     "torch.cuda.Event"})
+_TIMING_WORDS = ("bench", "profil", "timing", "throughput", "latency", "speed")
+
+
+class HotLoopSync(Rule):
+    code = "TPF010"
+    name = "hot-loop-sync"
+    severity = WARNING
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        evidence = cuda_evidence(analysis)
+        if evidence is None:
+            return
+        reported = set()
+        for facts in analysis.all_facts():
+            for finding in self._check_facts(analysis, facts, evidence):
+                if finding.line not in reported:
+                    reported.add(finding.line)
+                    yield finding
+
+    def _check_facts(self, analysis, facts: FunctionFacts, evidence) -> Iterator[Finding]:
+        cuda = f"the file targets CUDA ({evidence[1]} line {evidence[0]})"
+        loops = step_loops(analysis, facts)
+        hot = hot_reason(analysis, facts.func) if facts.func is not None and not loops else None
+        if not loops and hot is None:
+            return
+        timing = _does_timing(analysis, facts)
+        notes: Dict[object, List[Tuple[CallSite, str]]] = {}
+        for call in facts.calls:
+            site = call.site
+            if any(c.counter for c in site.conds):
+                continue
+            if call.qualname == "torch.cuda.synchronize":
+                where = self._per_step(loops, hot, site)
+                if where is None or timing or analysis.evaluation_reason(facts, site):
+                    continue
+                yield self.finding(
+                    site, "`torch.cuda.synchronize()` blocks the host every training step",
+                    f"{where[1]}; no timing code in this function; {cuda}",
+                    "remove it (CUDA orders kernels on a stream already), or guard it with "
+                    "`if step % log_every == 0:` where you measure time", WARNING)
+                continue
+            sync = _sync(call)
+            if sync is None or analysis.evaluation_reason(facts, site):
+                continue
+            nested = self._nested(loops, hot, site)
+            if nested is not None:
+                inner, where = nested
+                yield self.finding(
+                    site, f"{sync} syncs host and GPU once per element of the loop at line "
+                          f"{inner.lineno}, every training step",
+                    f"{where}; the loop at line {inner.lineno} runs inside it with no "
+                    f"logging-interval guard; {cuda}",
+                    "compute on device and sync once (`torch.stack([...])` then one "
+                    "`.tolist()`), or only every N steps under `if step % log_every == 0:`",
+                    WARNING)
+                continue
+            where = self._per_step(loops, hot, site)
+            if where is None or call.method not in ("item", "cpu"):
+                continue
+            use = _logging_use(facts, call)
+            if use is not None:
+                notes.setdefault(where[0], []).append((call, f"{use}; {where[1]}"))
+        for scope, items in notes.items():
+            call, why = min(items, key=lambda item: item[0].site.line)
+            others = sorted({c.site.line for c, _ in items} - {call.site.line})
+            more = f"; also line(s) {', '.join(map(str, others))}" if others else ""
+            yield self.finding(
+                call.site, f"`{short(call.node, 30)}` waits for the GPU every step just to log",
+                f"{why}, not under a logging interval{more}",
+                "accumulate on device (`running += loss.detach()`) and call `.item()` every N "
+                "steps under `if step % log_every == 0:`", NOTE)
+
+    @staticmethod
+    def _per_step(loops, hot, site) -> Optional[Tuple[object, str]]:
+        """(scope, why) when `site` runs exactly once per training step, unguarded."""
+        for loop in loops:
+            if site.loops and site.loops[-1] is loop and not site.conds_inside(loop):
+                return loop, f"in the training loop at line {loop.lineno}"
+        if hot is not None and not site.loops and not site.conds:
+            return "function", hot
+        return None
+
+    @staticmethod
+    def _nested(loops, hot, site) -> Optional[Tuple[ast.AST, str]]:
+        """(inner loop, why) when `site` runs per element of a loop inside the step."""
+        for loop in loops:
+            if loop in site.loops and site.loops[-1] is not loop:
+                depth = site.loops.index(loop) + 1
+                if any(c.depth == depth for c in site.conds):
+                    return None      # an opt-in flag / checkpoint guard around the inner loop
+                return site.loops[depth], f"training loop at line {loop.lineno}"
+        if hot is not None and site.loops and not any(c.depth == 0 for c in site.conds):
+            return site.loops[0], hot
+        return None
+
+
+def _tensor(value: Optional[V.Value]) -> bool:
+    if value is None:
+        return False
+    if value.has(V.PYSCALAR) or value.has(V.MODULE) or value.has(V.CONTAINER):
+        return False
+    return value.grad or value.has(V.TENSOR)
+
+
+def _sync(call: CallSite) -> Optional[str]:
+    """What host-device sync `call` is, on a tensor; None otherwise."""
+    node = call.node
+    if call.qualname is None and call.method in _SYNC_METHODS and _tensor(call.receiver):
+        return f"`{short(node, 30)}`"
+    if call.qualname is None and call.method is None and isinstance(node.func, ast.Name) \
+            and node.func.id in _SYNC_BUILTINS and call.args and _tensor(call.args[0]):
+        return f"`{node.func.id}({short(node.args[0], 20)})`"
+    return None
+
+
+def _logging_use(facts: FunctionFacts, call: CallSite) -> Optional[str]:
+    """How the synced value is used when that use is only logging, else None."""
+    stmt = call.site.stmt
+    if isinstance(stmt, ast.AugAssign) and encloses(stmt.value, call.node):
+        return f"accumulated into `{short(stmt.target, 20)}` on the host"
+    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Subscript) for t in stmt.targets):
+        return f"stored into `{short(stmt.targets[0], 20)}`"
+    for other in facts.calls:
+        if other.site.stmt is not stmt or other is call or not encloses(other.node, call.node):
+            continue
+        func = other.node.func
+        qual = other.qualname or ""
+        if (isinstance(func, ast.Name) and func.id == "print") or \
+                qual.startswith(("wandb.", "mlflow.", "logging.")) or \
+                (other.qualname is None and other.method in _LOG_METHODS):
+            return f"passed to `{short(other.node, 30)}`"
+    return None
+
+
+def _does_timing(analysis, facts: FunctionFacts) -> bool:
+    name = (facts.func.name if facts.func is not None else "").lower()
+    if any(w in name for w in _TIMING_WORDS) or any(
+            w in analysis.filename.lower().rsplit("/", 1)[-1] for w in _TIMING_WORDS):
+        return True
+    return any(c.qualname in _TIMING or c.method == "elapsed_time" for c in facts.calls)

@@ -1,0 +1,260 @@
+"""TPF013 input-pipeline-stall: the GPU waits on the host for transfers and loading.
+
+## What it does
+- **warning**: a loop-invariant host-to-device transfer repeated every training step:
+  `model.to(device)` / `model.cuda()` (or a loss module's) inside the step loop or in a
+  helper called every step, or `.to(device)` / `.cuda()` of a value bound before the loop
+  that nothing in the loop rebinds or changes in place (class weights, a fixed mask, a
+  constant batch).
+- **note**: in a file that targets CUDA, a training `DataLoader` (iterated by a training
+  loop, returned by Lightning's `train_dataloader`, or built with `shuffle=True`) with
+  `num_workers` absent or `0`, or with no `pin_memory=True` while the loop copies batches
+  with `.to(..., non_blocking=True)`.
+
+## Why is this bad?
+A transfer of the same tensor every step copies identical bytes over PCIe again and again
+(and `model.to(device)` walks every parameter each step). With `num_workers=0` the training
+process decodes and collates each batch itself while the GPU idles. `non_blocking=True`
+only overlaps the copy with compute when the source is in pinned memory; from pageable
+memory it is an ordinary blocking copy.
+
+## Example
+```python
+loader = DataLoader(train_set, batch_size=64, shuffle=True)
+weights = torch.tensor([1.0, 5.0])
+for x, y in loader:
+    model.to(device)
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    loss = F.cross_entropy(model(x), y, weight=weights.to(device))
+```
+
+## Use instead
+```python
+loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
+weights = torch.tensor([1.0, 5.0]).to(device)
+model.to(device)
+for x, y in loader:
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    loss = F.cross_entropy(model(x), y, weight=weights)
+```
+
+## Fix safety
+Safe for the note: adding `pin_memory=True` to the loader call changes no result. Raising
+`num_workers` is left to the user (it needs a picklable dataset and free CPU cores). The
+warning has no autofix: the transfer has to move before the loop by hand.
+
+## Known limits
+Quiet when the transfer sits under an `if` in the loop, when the value is created, rebound
+or changed in place inside the loop (a fresh random tensor per epoch), when the same module
+is also moved elsewhere in the loop (CPU offloading), in evaluation code, and for loaders
+whose name says validation. A loader passed into the training function is followed one call
+level up; loaders built by other packages (HF `Trainer`, `accelerator.prepare` of a loader
+built elsewhere) are not checked. `num_workers` set from a variable is trusted.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterator, Optional, Set
+
+from ..analysis import FileAnalysis
+from ..analysis import torchapi as api
+from ..analysis import values as V
+from ..analysis.astutil import dotted, keyword, short
+from ..analysis.device import (cuda_evidence, hot_reason, is_transfer, loop_mutations,
+                               loop_targets, non_blocking, step_loops, transfer_target)
+from ..analysis.events import CallSite, FunctionFacts
+from ..analysis.index import VAL_LOADER_RE
+from ..findings import NOTE, WARNING, Finding
+from .base import Rule
+
+
+class InputPipelineStall(Rule):
+    code = "TPF013"
+    name = "input-pipeline-stall"
+    severity = WARNING
+    fix_safety = "safe"
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        if analysis.is_test_file:
+            return
+        for facts in analysis.all_facts():
+            yield from self._transfers(analysis, facts)
+        yield from self._loaders(analysis)
+
+    # ------------------------------------------------------------------ warning
+    def _transfers(self, analysis, facts: FunctionFacts) -> Iterator[Finding]:
+        loops = step_loops(analysis, facts)
+        hot = hot_reason(analysis, facts.func) if facts.func is not None and not loops else None
+        if not loops and hot is None:
+            return
+        for call in facts.calls:
+            site = call.site
+            if not is_transfer(facts, call) or analysis.evaluation_reason(facts, site):
+                continue
+            text = dotted(call.node.func.value)
+            recv = call.receiver or V.UNKNOWN
+            if text is None:
+                continue
+            module = recv.has(V.MODULE) and not (recv.grad or recv.has(V.TENSOR))
+            loop = next((l for l in loops if l in site.loops), None)
+            if loop is None:
+                # A helper that runs every step: only modules are known to be the same object.
+                if hot is None or site.loops or site.conds or not module:
+                    continue
+                where = hot
+                inner = ()
+            else:
+                if site.conds_inside(loop):
+                    continue
+                inner = site.loops[site.loops.index(loop):]
+                where = f"inside the training loop at line {loop.lineno}"
+            why = self._invariant(analysis, facts, call, text, recv, module, inner, site)
+            if why is None:
+                continue
+            kind = "the model" if module and not recv.has(V.LOSS_FN) else (
+                "the loss module" if module else f"`{text}`")
+            yield self.finding(
+                site, f"`{short(call.node, 40)}` moves {kind} to the device again every step",
+                f"{where}; {why}, so every iteration repeats the same transfer",
+                f"move `{text}` to the device once, before the loop", WARNING)
+
+    @staticmethod
+    def _invariant(analysis, facts, call: CallSite, text: str, recv, module: bool, inner,
+                   site) -> Optional[str]:
+        """Why `text` is the same object in every iteration of the loops `inner`, or None."""
+        head = text.split(".", 1)[0]
+        if not module and head != "self" and head not in facts.env:
+            return None
+        stmt = site.stmt
+        self_assign = isinstance(stmt, ast.Assign) and stmt.value is call.node and all(
+            dotted(t) == text for t in stmt.targets)
+        prefixes = {text.rsplit(".", i)[0] for i in range(text.count(".") + 1)}
+        for loop in inner:
+            rebound = set(facts.loop_rebinds.get(loop, ())) & prefixes
+            if rebound and not (module and self_assign and rebound == {text}):
+                return None
+            changed = loop_mutations(analysis, facts, loop)
+            if prefixes & changed and (not module or prefixes & loop_targets(loop)):
+                return None
+        if module:
+            made = recv.node
+            if made is not None and inner and getattr(made, "lineno", 0) >= inner[0].lineno \
+                    and getattr(made, "end_lineno", 0) <= inner[0].end_lineno:
+                return None          # built inside the loop (folds, trials)
+            target = transfer_target(call)
+            for other in facts.calls:
+                if other is call or (inner and inner[0] not in other.site.loops):
+                    continue
+                if other.method in ("to", "cuda", "cpu") and other.qualname is None \
+                        and isinstance(other.node.func, ast.Attribute) \
+                        and dotted(other.node.func.value) == text \
+                        and (other.method == "cpu" or transfer_target(other) != target):
+                    return None      # moved back and forth: deliberate offloading
+            return f"`{text}` is a module already moved by this call in the previous step"
+        return f"`{text}` is bound before the loop and never rebound or changed in it"
+
+    # ------------------------------------------------------------------ note
+    def _loaders(self, analysis) -> Iterator[Finding]:
+        evidence = cuda_evidence(analysis)
+        if evidence is None:
+            return
+        training = _training_loader_nodes(analysis)
+        nb = _non_blocking_line(analysis)
+        for facts in analysis.all_facts():
+            for call in facts.calls:
+                if call.qualname not in api.DATALOADER_NAMES:
+                    continue
+                node = call.node
+                if any(kw.arg is None for kw in node.keywords):
+                    continue         # **kwargs may set them
+                name = _bound_name(call.site.stmt, node)
+                if name and VAL_LOADER_RE.match(name):
+                    continue
+                reason = training.get(id(node))
+                shuffle = keyword(node, "shuffle")
+                if reason is None and isinstance(shuffle, ast.Constant) and shuffle.value is True:
+                    reason = "built with `shuffle=True`"
+                if reason is None:
+                    continue
+                issues, fixes = [], []
+                workers = keyword(node, "num_workers")
+                if workers is None or (isinstance(workers, ast.Constant) and workers.value == 0):
+                    issues.append("batches are loaded in the training process "
+                                  f"(`num_workers` {'absent' if workers is None else '0'})")
+                    fixes.append("`num_workers=4` (or more)")
+                pin = keyword(node, "pin_memory")
+                if nb is not None and (pin is None or (isinstance(pin, ast.Constant)
+                                                       and pin.value is False)):
+                    issues.append(f"`.to(..., non_blocking=True)` at line {nb} copies from "
+                                  "pageable memory without `pin_memory=True`, so it blocks")
+                    fixes.append("`pin_memory=True`")
+                elif pin is None and fixes:
+                    fixes.append("`pin_memory=True`")
+                if not issues:
+                    continue
+                yield self.finding(
+                    call.site, "the GPU waits on the input pipeline of this training loader",
+                    f"{'; '.join(issues)}; the loader is {reason}; the file targets CUDA "
+                    f"({evidence[1]} line {evidence[0]})",
+                    f"add {' and '.join(fixes)} to the `DataLoader(...)` call", NOTE)
+
+
+def _loop_iterated(loop: ast.AST) -> Optional[ast.AST]:
+    expr = getattr(loop, "iter", None)
+    while isinstance(expr, ast.Call) and expr.args:
+        expr = expr.args[0]
+    return expr
+
+
+def _training_loader_nodes(analysis):
+    """id(DataLoader call node) -> why it is a training loader."""
+    found = {}
+    for facts in analysis.all_facts():
+        func = facts.func
+        if func is not None and func.name == "train_dataloader" and func.cls is not None:
+            node = facts.returns.node
+            if facts.returns.has(V.LOADER) and isinstance(node, ast.Call):
+                found.setdefault(id(node), f"returned by `{func.qualname}()`")
+        for loop in analysis.training_loops(facts):
+            expr = _loop_iterated(loop)
+            if expr is None:
+                continue
+            value = facts.value(expr)
+            why = f"iterated by the training loop at line {loop.lineno}"
+            if value.has(V.LOADER) and isinstance(value.node, ast.Call):
+                found.setdefault(id(value.node), why)
+            elif isinstance(expr, ast.Name) and func is not None and expr.id in func.params:
+                for cfacts, lc in analysis.callers(func):
+                    arg = _argument(func, lc.node, expr.id)
+                    passed = cfacts.value(arg) if arg is not None else V.UNKNOWN
+                    if passed.has(V.LOADER) and isinstance(passed.node, ast.Call):
+                        found.setdefault(id(passed.node), why + f" (passed at line {lc.site.line})")
+    return found
+
+
+def _argument(func, call: ast.Call, param: str) -> Optional[ast.AST]:
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    index = func.params.index(param)
+    if func.is_method and isinstance(call.func, ast.Attribute):
+        index -= 1
+    if 0 <= index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args):
+        return call.args[index]
+    return None
+
+
+def _non_blocking_line(analysis) -> Optional[int]:
+    lines = [call.site.line for facts in analysis.all_facts()
+             for call in facts.calls
+             if call.method in ("to", "cuda") and call.qualname is None and non_blocking(call)
+             and analysis.scope_does(facts, call.site, "backward")]
+    return min(lines) if lines else None
+
+
+def _bound_name(stmt: ast.AST, node: ast.AST) -> Optional[str]:
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and getattr(stmt, "value", None) is node:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        text = dotted(targets[0])
+        return text.rsplit(".", 1)[-1] if text else None
+    return None
