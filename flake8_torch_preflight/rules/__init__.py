@@ -10,6 +10,7 @@ from .tpf005_softmax_before_cross_entropy import SoftmaxBeforeCrossEntropy
 from .tpf006_bce_activation_mismatch import BceActivationMismatch
 from .tpf007_stuck_eval_mode import StuckEvalMode
 from .tpf008_ddp_without_sharding import DdpWithoutSharding
+from .tpf009_sampler_epoch_not_set import SamplerEpochNotSet
 from .tpf010_hot_loop_sync import HotLoopSync
 from .tpf011_unseeded_randomness import UnseededRandomness
 from .tpf012_optimizer_state_reset import OptimizerStateReset
@@ -24,6 +25,7 @@ ALL_RULES = (
     BceActivationMismatch,
     StuckEvalMode,
     DdpWithoutSharding,
+    SamplerEpochNotSet,
     HotLoopSync,
     UnseededRandomness,
     OptimizerStateReset,

@@ -1,0 +1,88 @@
+"""TPF009 sampler-epoch-not-set: a shuffling DistributedSampler replays one order every epoch.
+
+## What it does
+Reports a `DistributedSampler(...)` construction whose shuffling is on (`shuffle` left out or
+`True`) when the sampler feeds a loader that an epoch loop trains on (directly, through a
+training helper called per epoch, or through `self.train_loader`), and nothing in that
+epoch loop, or in a helper it calls, calls `set_epoch(...)` on the sampler, on
+`loader.sampler`, or on anything that could be them. The finding is on the sampler's
+construction line (the object that needs the call; a `# noqa` there states the fixed
+order is intended), and the evidence names the epoch loop where the call belongs.
+
+## Why is this bad?
+`DistributedSampler` seeds its shuffle with `seed + epoch`, and the epoch only changes when
+`set_epoch` is called. Without it every epoch visits the data in exactly the same order on
+every rank: the shuffling the code asks for never happens after the first epoch, which
+hurts convergence in a way no metric points at.
+
+## Example
+```python
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+for epoch in range(epochs):
+    for x, y in loader:
+        ...
+```
+
+## Use instead
+```python
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        ...
+```
+
+## Fix safety
+Unsafe: one `sampler.set_epoch(epoch)` line at the top of the epoch loop, placed by hand.
+
+## Known limits
+Quiet with `shuffle=False` or a non-literal `shuffle=` value, for loaders passed through
+`accelerator.prepare`/`fabric.setup_dataloaders` (the framework sets the epoch), for
+samplers wrapped in a `BatchSampler` or handed to a loader built in a helper through a
+parameter (not followed), and when any `set_epoch` call whose receiver cannot be told apart
+from this sampler runs in the epoch loop. A `set_epoch` call outside the epoch loop does not
+count. Lightning and HF `Trainer` loops set the epoch themselves and are not seen as epoch
+loops.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..analysis import FileAnalysis
+from ..analysis.distributed import epoch_feeds, sampler_constructions, sets_epoch, shuffles
+from ..findings import WARNING, Finding
+from .base import Rule
+
+
+class SamplerEpochNotSet(Rule):
+    code = "TPF009"
+    name = "sampler-epoch-not-set"
+    severity = WARNING
+    fix_safety = "unsafe"
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for _, call in sampler_constructions(analysis):
+            if not shuffles(call):
+                continue
+            feeds = epoch_feeds(analysis, call.node)
+            if not feeds:
+                continue
+            missing = [f for f in feeds
+                       if not sets_epoch(analysis, f.facts, f.epoch_loop, call.node)]
+            if len(missing) < len(feeds) or not missing:
+                continue   # some epoch loop sets it: the same sampler, handled there
+            feed = missing[0]
+            loader = feed.loader.node
+            made = f"feeds the loader built at line {loader.lineno}" if loader is not None \
+                else "feeds a loader"
+            yield self.finding(
+                call.site,
+                "`DistributedSampler` shuffles but its epoch is never set: every epoch "
+                "replays the same order",
+                f"shuffle is on; it {made}, which the epoch loop at line "
+                f"{feed.epoch_loop.lineno} trains on; no `set_epoch(...)` runs inside that "
+                f"loop (directly or in a helper it calls)",
+                f"call `sampler.set_epoch(epoch)` at the top of the loop at line "
+                f"{feed.epoch_loop.lineno}")
