@@ -47,10 +47,17 @@ drops the graph. The message suggests `.item()` only outside hot training loops,
 ## Known limits
 Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
 comparisons, `argmax`, `torch.no_grad()`), when the container is created inside the loop,
-when the stored graphs are later consumed by a backward (`torch.stack(losses).sum().backward()`)
-or returned by the function (U-Net skip connections), for `nn.Parameter` leaves, and inside
-pytest `test_*` functions. Values whose origin the analysis cannot see (a call into another
-package) are assumed not to carry a graph.
+when the stored graphs are later consumed by a backward anywhere in the file
+(`torch.stack(losses).sum().backward()`, chunked or pipelined micro-batch losses), when a
+function that runs no backward itself returns them as a loss (perceptual / contrastive losses
+built in a helper) or as a module's output (U-Net skip connections), for `nn.Parameter`
+leaves, for loops that walk a model's layers (`for block in self.blocks`), for lists local to
+an `nn.Module` method (they die with the call, and autograd keeps those activations for the
+backward anyway), and inside pytest `test_*` functions. Overwriting an attribute each
+iteration (`self.last_loss = loss`) keeps one graph, not one per step, and is not reported;
+`self.total = self.total + loss` is. Values whose origin the analysis cannot see (a call into
+another package) are assumed not to carry a graph, and a value read back from a container
+through a breaker still counts as consuming it.
 """
 from __future__ import annotations
 
@@ -82,18 +89,26 @@ class RetainedGraph(Rule):
                 continue
             returned = _returned_for_backward(analysis, facts)
             for store in facts.stores:
-                if self._quiet(store, consumed, returned):
+                if self._quiet(facts, store, consumed, returned):
                     continue
                 yield self._report(analysis, facts, store)
 
     @staticmethod
-    def _quiet(store: Store, consumed: Set[str], returned) -> bool:
+    def _quiet(facts: FunctionFacts, store: Store, consumed: Set[str], returned) -> bool:
         value = store.value
         if store.site.no_grad or not value.grad or value.leaf:
             return True
         innermost = store.site.loops[-1]
         if innermost in store.fresh_in:
             return True           # the container is created anew inside the loop
+        if _iterates_modules(facts, innermost):
+            return True           # a walk over layers: as many entries as layers, not steps
+        func = facts.func
+        if func is not None and func.cls is not None and func.cls.is_module \
+                and store.key.startswith(func.qualname + ":"):
+            # A local list in a module method dies with the call, and autograd keeps those
+            # activations for this forward's backward anyway.
+            return True
         return store.key in consumed or store.key in returned
 
     def _report(self, analysis: FileAnalysis, facts: FunctionFacts, store: Store) -> Finding:
@@ -120,6 +135,16 @@ class RetainedGraph(Rule):
             f"{chain}; {where}; backward at line {freeing} frees activations but the stored "
             f"value still references its graph",
             fix, WARNING)
+
+
+def _iterates_modules(facts: FunctionFacts, loop) -> bool:
+    """`for layer in self.layers`, `for i, block in enumerate(self.blocks)`, `zip(...)`."""
+    iterated = getattr(loop, "iter", None)
+    if iterated is None:
+        return False
+    value = facts.value(iterated)
+    items = value.elements if value.elements is not None else (value,)
+    return any(item.has(V.MODULE) for item in items)
 
 
 def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[str]:

@@ -43,8 +43,10 @@ the fix is a `with torch.no_grad():` block placed by hand.
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
 hooks (Lightning disables grad), in HF `Trainer` subclasses' evaluation methods, when any
 caller in the same file wraps the call in `no_grad` (one level up), when the scope runs a
-backward, and for `test_*` functions with no loop (model-file smoke tests). Only one finding
-per evaluation scope.
+backward, for `test_*` functions with no loop (model-file smoke tests), and for calls of a
+parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
+Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one
+finding per evaluation scope.
 """
 from __future__ import annotations
 
@@ -70,10 +72,17 @@ class EvalWithoutNoGrad(Rule):
             if func is not None and analysis.wrapped_in_no_grad_by_caller(func):
                 continue
             reported = set()
+            calls = None
             for forward in facts.forwards:
                 site = forward.site
                 if site.no_grad or forward.module.has(V.LOSS_FN):
                     continue
+                if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
+                    if calls is None:
+                        calls = {id(c.node): c for c in facts.calls}
+                    call = calls.get(id(site.node))
+                    if call is None or not any(a.grad for a in call.args):
+                        continue   # a metric module on graph-free inputs records nothing
                 reason = analysis.evaluation_reason(facts, site)
                 if reason is None or analysis.scope_does(facts, site, "backward"):
                     continue
@@ -93,3 +102,27 @@ class EvalWithoutNoGrad(Rule):
         if func is not None and "by its name" in reason:
             return f"decorate `{func.name}` with `@torch.no_grad()`"
         return "wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)"
+
+
+def _parameter_free(analysis: FileAnalysis, cls, depth: int = 0) -> bool:
+    """An nn.Module class of this file that holds no parameters or submodules (a metric, a
+    parameter-free transform): its forward records nothing unless its inputs need grad."""
+    if depth > 3 or not cls.is_module or cls.is_lightning:
+        return False
+    local = {base.name for base in cls.local_bases}
+    for base in cls.bases:
+        if base not in local and base not in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            return False          # nn.Linear, a PreTrainedModel…: parameters of its own
+    if not all(_parameter_free(analysis, base, depth + 1) for base in cls.local_bases):
+        return False
+    init = cls.methods.get("__init__")
+    if init is None:
+        return True
+    facts = analysis.facts_for(init)
+    if any(c.method in ("register_parameter", "add_module", "register_module")
+           for c in facts.calls):
+        return False
+    for name, value in facts.env.items():
+        if name.startswith("self.") and (value.has(V.MODULE) or value.grad or value.leaf):
+            return False
+    return True

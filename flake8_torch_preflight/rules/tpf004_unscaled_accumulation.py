@@ -38,7 +38,9 @@ No autofix: the divisor is the accumulation count, which the code names in its o
 Quiet under `accelerator.accumulate(...)`, with `accelerator.backward` and DeepSpeed
 engines (they scale the loss), when the loss is divided by any expression (`loss / accum`,
 `loss * (1 / k)`, `loss /= n`, in a helper too), and when the analysis cannot see where the
-loss came from (a function from another package).
+loss came from (a function from another package). A division anywhere else (a log line,
+`step // n`) does not count, and DDP's `no_sync()` does not scale the loss, so it does not
+silence the rule. Any division of the loss counts as scaling, even by the wrong number.
 """
 from __future__ import annotations
 
