@@ -683,7 +683,10 @@ class FlowAnalyzer:
             if method in _CONTAINER_READ_METHODS:
                 return _contents(recv)
             return UNKNOWN
-        if method in _STORE_METHODS and args and args[-1].grad and not args[-1].leaf:
+        if method in _STORE_METHODS and args and args[-1].grad and not args[-1].leaf \
+                and not (recv.grad or recv.has(V.TENSOR)) \
+                and isinstance(self.current_stmt, ast.Expr) and self.current_stmt.value is node:
+            # (`y = t.add(u)` uses a result: arithmetic; list/set/dict stores return None.)
             # Unknown receiver (a list built elsewhere, `self.history`): still a store.
             self.store(node.func.value, node, _STORE_METHODS[method], args[-1], node.args[-1])
             key = dotted(node.func.value)

@@ -87,6 +87,8 @@ class RetainedGraph(Rule):
             func = facts.func
             if func is not None and func.name.startswith("test_"):
                 continue
+            if func is not None and analysis.wrapped_in_no_grad_by_caller(func):
+                continue          # `with torch.no_grad(): feats = extract(model, loader)`
             returned = _returned_for_backward(analysis, facts)
             for store in facts.stores:
                 if self._quiet(facts, store, consumed, returned):
