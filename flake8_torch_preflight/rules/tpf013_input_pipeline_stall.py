@@ -129,7 +129,9 @@ class InputPipelineStall(Rule):
         self_assign = isinstance(stmt, ast.Assign) and stmt.value is call.node and all(
             dotted(t) == text for t in stmt.targets)
         prefixes = {text.rsplit(".", i)[0] for i in range(text.count(".") + 1)}
-        for loop in inner:
+        # A tensor made in any enclosing loop (a fresh noise batch per epoch) is not
+        # invariant; a module only needs to be the same object across the step loop.
+        for loop in (inner if module else site.loops):
             rebound = set(facts.loop_rebinds.get(loop, ())) & prefixes
             if rebound and not (module and self_assign and rebound == {text}):
                 return None
