@@ -235,11 +235,13 @@ def _vram_findings(tree, lines, path, settings: Settings) -> List[Finding]:
         except Exception:
             checker = None
         _VRAM_STATE["class"] = checker
-        if checker is not None and hasattr(checker, "parse_options"):
-            try:
-                checker.parse_options(argparse.Namespace(vram_gpu=settings.vram_gpu))
-            except Exception:
-                pass
+    if checker is not None and hasattr(checker, "parse_options") \
+            and _VRAM_STATE.get("gpu", False) != settings.vram_gpu:
+        try:
+            checker.parse_options(argparse.Namespace(vram_gpu=settings.vram_gpu))
+            _VRAM_STATE["gpu"] = settings.vram_gpu
+        except Exception:
+            pass
     if checker is None:
         return []
     from .reporting import Item
@@ -249,6 +251,11 @@ def _vram_findings(tree, lines, path, settings: Settings) -> List[Finding]:
         params = inspect.signature(checker.__init__).parameters
         available = {"tree": tree, "lines": list(lines), "filename": path}
         kwargs = {name: available[name] for name in params if name in available}
+        if "file_tokens" in params:
+            try:
+                kwargs["file_tokens"] = list(tokenize.generate_tokens(io.StringIO("".join(lines)).readline))
+            except (tokenize.TokenError, SyntaxError):
+                kwargs["file_tokens"] = []
         for line, col, text, _ in checker(**kwargs).run():
             code, _, rest = str(text).partition(" ")
             item = Item.from_text(path, line, col + 1, code, rest)
@@ -294,8 +301,10 @@ def discover(paths: Sequence[str], discovery: Discovery) -> List[str]:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", default=["."], help="files or folders (default: .); - for stdin")
-    parser.add_argument("--select", type=_code_list, help="comma-separated codes or prefixes to report (overrides config)")
-    parser.add_argument("--ignore", type=_code_list, help="comma-separated codes or prefixes to skip (overrides config)")
+    parser.add_argument("--select", type=_code_list,
+                        help="comma-separated codes or prefixes to report (overrides config)")
+    parser.add_argument("--ignore", type=_code_list,
+                        help="comma-separated codes or prefixes to skip (overrides config)")
     parser.add_argument("--extend-select", type=_code_list, default=None)
     parser.add_argument("--extend-ignore", type=_code_list, default=None)
     parser.add_argument("--exclude", type=_path_list, help="patterns to skip (overrides config)")

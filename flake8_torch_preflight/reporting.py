@@ -190,7 +190,8 @@ def render_terminal(items: Sequence[Item], sources: Mapping[str, Sequence[str]],
             gutter = str(item.line)
             out.append(f"  {paint(gutter, _DIM)} | {source}")
             caret_col = _display_column(lines[item.line - 1], item.column)
-            out.append(f"  {' ' * len(gutter)} | {' ' * caret_col}{paint('^', _COLOURS.get(item.severity, ''))}")
+            caret = paint("^", _COLOURS.get(item.severity, ""))
+            out.append(f"  {' ' * len(gutter)} | {' ' * caret_col}{caret}")
         if item.evidence:
             out.append(f"  = evidence: {item.evidence}")
         if item.fix:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from typing import List, Optional
 
-import libcst as cst
-
 from ..analysis import values as V
 from ..findings import Finding
 
