@@ -57,6 +57,8 @@ no sign of CUDA, for Python numbers (`float(step)`), and for syncs whose result 
 needs (`if not math.isfinite(loss.item())`). Tensor-ness comes from the flow analysis: a
 tensor returned by another package's function is not recognised. Implicit syncs (`if t:`,
 boolean masks, `nonzero()`) and `.item()` returned from a per-step helper are not reported.
+A tensor that never left the CPU (labels straight from the loader) is not told apart from a
+GPU tensor.
 """
 from __future__ import annotations
 
@@ -145,11 +147,14 @@ class HotLoopSync(Rule):
             call, why = min(items, key=lambda item: item[0].site.line)
             others = sorted({c.site.line for c, _ in items} - {call.site.line})
             more = f"; also line(s) {', '.join(map(str, others))}" if others else ""
+            fix = ("accumulate on device (`running += loss.detach()`) and call `.item()` every "
+                   "N steps under `if step % log_every == 0:`")
+            if scope == "function" and analysis.framework_owned(facts.func) == "Lightning":
+                fix = ("log the tensor itself (`self.log(name, loss)`): Lightning reduces it "
+                       "without a per-step sync")
             yield self.finding(
                 call.site, f"`{short(call.node, 30)}` waits for the GPU every step just to log",
-                f"{why}, not under a logging interval{more}",
-                "accumulate on device (`running += loss.detach()`) and call `.item()` every N "
-                "steps under `if step % log_every == 0:`", NOTE)
+                f"{why}, not under a logging interval{more}", fix, NOTE)
 
     @staticmethod
     def _per_step(loops, hot, site) -> Optional[Tuple[object, str]]:
