@@ -17,12 +17,14 @@ ask `is_fixable` while checking.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from ..findings import Finding
 
 FIXABLE_CODES = ("TPF001", "TPF002", "TPF005", "TPF013")
+_DIRECT_SOFTMAX = re.compile(r"its input (?:is )?`[^`]*(?:softmax|Softmax)\(")
 
 
 def is_fixable(finding: Finding) -> bool:
@@ -31,10 +33,12 @@ def is_fixable(finding: Finding) -> bool:
         return True
     if finding.code == "TPF002":
         return finding.fix.startswith("decorate ")
-    if finding.code == "TPF005":
-        return True
-    if finding.code == "TPF013":
-        return "pin_memory" in finding.fix or "pin_memory" in finding.what
+    if finding.code == "TPF005":   # cross-entropy fed a softmax call written in place
+        text = f"{finding.what} ({finding.evidence})"
+        return ("CrossEntropyLoss" in text or "cross_entropy" in text) \
+            and _DIRECT_SOFTMAX.search(text) is not None
+    if finding.code == "TPF013":   # only the pinned-memory advice; more workers is a judgement call
+        return "pin_memory" in finding.fix and "num_workers" not in finding.fix
     return False
 
 
