@@ -427,7 +427,7 @@ class FlowAnalyzer:
     def expr_Tuple(self, node) -> Value:
         items = tuple(self.expr(e) for e in node.elts)
         base = join_all(items)
-        return Value(grad=base.grad, graphs=base.graphs, origin=base.origin,
+        return Value(grad=base.grad, leaf=base.leaf, graphs=base.graphs, origin=base.origin,
                      tags=(base.tags & V.ACTIVATION_TAGS) | {V.CONTAINER}, containers=base.containers,
                      params=base.params, elements=items)
 

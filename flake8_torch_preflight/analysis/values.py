@@ -119,7 +119,8 @@ def join(a: Value, b: Value) -> Value:
         elements = tuple(join(x, y) for x, y in zip(a.elements, b.elements))
     return Value(
         grad=a.grad or b.grad,
-        leaf=a.leaf and b.leaf,
+        # a leaf when every part that may carry a graph is a leaf (`{'params': [p], 'lr': lr}`)
+        leaf=(a.leaf or not a.grad) and (b.leaf or not b.grad) and (a.grad or b.grad),
         graphs=a.graphs | b.graphs,
         origin=a.origin or b.origin,
         tags=a.tags | b.tags | (

@@ -60,6 +60,8 @@ class MissingZeroGrad(Rule):
             for loop in analysis.innermost_loops_doing(facts, "backward", "step"):
                 if analysis.loop_does(facts, loop, "reset"):
                     continue
+                if _backward_only_in_helper_loops(analysis, facts, loop):
+                    continue      # an epoch loop around `train_epoch()`: that loop is judged
                 backward = min(analysis.loop_sites(facts, loop, "backward"), key=lambda s: s.line)
                 step = min(analysis.loop_sites(facts, loop, "step"), key=lambda s: s.line)
                 outside = [s.line for s in facts.resets if loop not in s.loops]
@@ -73,3 +75,22 @@ class MissingZeroGrad(Rule):
                     f"earlier gradients",
                     "call `optimizer.zero_grad(set_to_none=True)` once per iteration "
                     "(before the forward or after `optimizer.step()`)")
+
+
+def _backward_only_in_helper_loops(analysis: FileAnalysis, facts, loop) -> bool:
+    """Every backward of `loop` runs inside a loop of a called helper (`train_epoch()`)."""
+    if any(loop in b.site.loops for b in facts.backwards):
+        return False
+    callees = [c.callee for c in facts.local_calls
+               if loop in c.site.loops and analysis.function_does(c.callee, "backward")]
+    return bool(callees) and all(_has_training_loop(analysis, f, 0) for f in callees)
+
+
+def _has_training_loop(analysis: FileAnalysis, func, depth: int) -> bool:
+    if depth > 3:
+        return False
+    facts = analysis.facts_for(func)
+    if analysis.training_loops(facts):
+        return True
+    return any(_has_training_loop(analysis, c.callee, depth + 1) for c in facts.local_calls
+               if analysis.function_does(c.callee, "backward"))
