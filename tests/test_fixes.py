@@ -5,6 +5,7 @@ import ast
 import difflib
 import subprocess
 import sys
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -21,19 +22,26 @@ REGISTERED = {rule.code for rule in ALL_RULES}
 CASES = sorted(p for p in FIXES.glob("*.py") if not p.name.endswith(".fixed.py"))
 
 
+FIXABLE = ("TPF001", "TPF002", "TPF005", "TPF013")
+
+
 def _code(path: Path) -> str:
+    """`tpf001_*` cases fix one code; `multi_*` cases every fixable code."""
     return path.name.split("_", 1)[0].upper()
 
 
 def _skip_unregistered(code: str) -> None:
-    if code not in REGISTERED:
-        pytest.skip(f"{code} is not registered yet")
+    for needed in (FIXABLE if code == "MULTI" else (code,)):
+        if needed not in REGISTERED:
+            pytest.skip(f"{needed} is not registered yet")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[p.stem for p in CASES])
 def test_fixture_pair(case):
     code = _code(case)
     _skip_unregistered(code)
+    if code == "MULTI":
+        return _check_multi(case)
     source = case.read_text()
     expected = case.with_name(case.stem + ".fixed.py").read_text()
     result = fix_source(source, str(case))
@@ -47,6 +55,40 @@ def test_fixture_pair(case):
         assert after[other] <= before[other], f"the fix added a {other} finding"
     if expected != source:
         assert result.fixed and all(f.code == code for f in result.fixed)
+
+
+def _check_multi(case: Path) -> None:
+    source = case.read_text()
+    result = fix_source(source, str(case))
+    assert result.source == case.with_name(case.stem + ".fixed.py").read_text()
+    assert {f.code for f in result.fixed} == set(FIXABLE) and not result.skipped
+    assert fix_source(result.source).source == result.source
+    after = {f.code for f in lint_source(result.source, str(case))}
+    assert not after & set(FIXABLE)
+
+
+def test_nested_fixes_in_one_statement():
+    _skip_unregistered("MULTI")
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn.functional as F
+
+
+        def train(model, loader, optimizer):
+            torch.manual_seed(0)
+            history = []
+            for x, y in loader:
+                optimizer.zero_grad()
+                history.append(F.cross_entropy(F.softmax(model(x), dim=1), y))
+                history[-1].backward()
+                optimizer.step()
+            return history
+        """)
+    result = fix_source(source)
+    line = result.source.splitlines()[9]
+    assert line.strip() == "history.append(F.cross_entropy(model(x), y).detach())" or \
+        len(result.fixed) < 2, line
+    ast.parse(result.source)
 
 
 def test_every_fixable_rule_has_pairs():

@@ -39,12 +39,7 @@ def plan(ctx, finding: Finding) -> Optional[List]:
         return None
 
     def detach(node: cst.BaseExpression) -> cst.BaseExpression:
-        receiver = with_parens_if_needed(node.with_changes(lpar=[], rpar=[])
-                                         if not _needs_own_parens(node) else node)
-        return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("detach")))
+        # existing parentheses stay (with their layout); new ones only where precedence needs
+        return cst.Call(func=cst.Attribute(value=with_parens_if_needed(node), attr=cst.Name("detach")))
 
     return [Edit(target, detach, key=("detach", id(target)))]
-
-
-def _needs_own_parens(node: cst.BaseExpression) -> bool:
-    return not isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
