@@ -232,16 +232,15 @@ def activation_bytes(family: str, config: Dict[str, Any], model_key: Optional[st
         per_layer = _layer_bytes(co, dims, s, attention, moe_k) + extra_per_token
         full = n_layers * per_layer * tokens
         if checkpointing:
-            stored = n_layers * co.get("ckpt", resid) * dims["h"] * tokens
-            return stored, per_layer * tokens
-        return full, per_layer * tokens
+            stored = n_layers * (co.get("ckpt", resid) * dims["h"] + co.get("ckpt_ss", 0.0) * s) * tokens
+            return stored + co.get("ckpt_final", co.get("final", 0.0)) * dims["h"] * tokens, per_layer * tokens
+        return full + co.get("final", 0.0) * dims["h"] * tokens, per_layer * tokens
 
     if kind == "decoder":
         style = "decoder_gated" if family == "llama" else "decoder_gelu"
         tokens = batch * seq
         stored, one = stack(style, dims["layers"], tokens, seq)
-        head = co_all["transformer"][style][pc]["final"] * dims["h"] * tokens
-        return stored + head, one, f"{dims['layers']} blocks x {batch}x{seq} tokens", True
+        return stored, one, f"{dims['layers']} blocks x {batch}x{seq} tokens", True
     if kind == "encoder":
         tokens = batch * seq
         stored, one = stack("encoder", dims["layers"], tokens, seq)
@@ -276,7 +275,7 @@ def activation_bytes(family: str, config: Dict[str, Any], model_key: Optional[st
     if kind == "cnn":
         table = co_all["cnn"]
         entry = table.get(model_key or "", None)
-        measured = entry is not None
+        measured = entry is not None and str(entry.get("source", "")).startswith("measured")
         if entry is None:
             entry = table["_default_per_param"]
             per_image = entry[pc] * (db.count_params(model_key) if model_key else 25e6)

@@ -1,0 +1,284 @@
+"""Measure saved-activation bytes on CPU for small configs of each family and compare them with
+vram_estimator's activation term.
+
+Needs torch and transformers (not the project's dependencies): run it in a throwaway venv::
+
+    python -m venv /tmp/venv-torch && /tmp/venv-torch/bin/pip install torch transformers
+    PYTHONPATH=. /tmp/venv-torch/bin/python calibration/measure_activations.py [--fit]
+
+What is measured: every tensor autograd saves for backward during one forward pass, seen through
+``torch.autograd.graph.saved_tensors_hooks`` and counted once per storage (views and re-saves of
+the same memory count once).  Parameters and the autocast casts of parameters are excluded
+(they are the ``weights`` and ``autocast cache`` terms).  Checkpointing is measured with
+reentrant ``torch.utils.checkpoint`` (it saves each block's inputs through the same hooks); the
+one-block recompute during backward is not part of this number and is reported separately by
+the estimator.
+
+Configs: fp32 and bf16 autocast (plus pure bf16 weights), eager and SDPA attention, with and
+without checkpointing, for a Llama-style decoder, GPT-2, BERT, BART (encoder-decoder with
+cross-attention), ViT, and ResNet-50 / ConvNeXt-T (CNN; eager only, no checkpointing).
+``--fit`` refits the transformer coefficients on the "fit" configs and writes them to
+vram_estimator/data/coefficients.json; every run writes calibration/activations.json with the
+measured bytes, the estimate and the error of each config ("fit" and held-out "check" configs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+import torch
+import transformers as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from vram_estimator import estimate as E  # noqa: E402
+
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+
+
+def saved_bytes(model, make_input, precision, checkpointing):
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+    casts = set()
+
+    class Casts(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor) and \
+                    args[0].untyped_storage().data_ptr() in params:
+                casts.add(out.untyped_storage().data_ptr())
+            return out
+
+    def pack(t):
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in params and ptr != 0:
+            seen[ptr] = (st.nbytes(), t)
+        return t
+
+    model.train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    inputs = make_input()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Casts():
+        if precision == "bf16-mixed":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(**inputs)
+        else:
+            out = model(**inputs)
+    total = sum(n for ptr, (n, _) in seen.items() if ptr not in casts)
+    del out
+    return total
+
+
+def llama(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
+    kw = dict(vocab_size=256, hidden_size=h, intermediate_size=ff, num_hidden_layers=layers,
+              num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=4096,
+              attn_implementation=attention)
+    if hd:
+        kw["head_dim"] = hd
+    cfg = tf.LlamaConfig(**kw)
+    model = tf.LlamaModel(cfg)
+    ids = torch.randint(0, 256, (batch, seq))
+    est_cfg = dict(hidden=h, layers=layers, heads=heads, kv_heads=kv, ff=ff, vocab=256, tied=False)
+    if hd:
+        est_cfg["head_dim"] = hd
+    return model, (lambda: {"input_ids": ids}), "llama", est_cfg
+
+
+def gpt2(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
+    cfg = tf.GPT2Config(n_embd=h, n_layer=layers, n_head=heads, n_inner=ff, vocab_size=256, n_positions=4096,
+                        attn_implementation=attention)
+    model = tf.GPT2Model(cfg)
+    ids = torch.randint(0, 256, (batch, seq))
+    return model, (lambda: {"input_ids": ids}), "gpt2", dict(hidden=h, layers=layers, heads=heads, ff=ff,
+                                                             vocab=256, positions=4096)
+
+
+def bert(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
+    cfg = tf.BertConfig(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ff,
+                        vocab_size=256, max_position_embeddings=4096, attn_implementation=attention)
+    model = tf.BertModel(cfg, add_pooling_layer=False)
+    ids = torch.randint(0, 256, (batch, seq))
+    return model, (lambda: {"input_ids": ids}), "bert", dict(hidden=h, layers=layers, heads=heads, ff=ff,
+                                                             vocab=256, positions=4096)
+
+
+def bart(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
+    cfg = tf.BartConfig(d_model=h, encoder_layers=layers, decoder_layers=layers, encoder_ffn_dim=ff,
+                        decoder_ffn_dim=ff, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                        vocab_size=256, max_position_embeddings=4096, attn_implementation=attention)
+    model = tf.BartModel(cfg)
+    ids = torch.randint(3, 256, (batch, seq))
+    dec = torch.randint(3, 256, (batch, max(1, min(seq, 128))))
+    return model, (lambda: {"input_ids": ids, "decoder_input_ids": dec}), "bart", dict(
+        hidden=h, layers=layers, dec_layers=layers, heads=heads, ff=ff, vocab=256, positions=4096)
+
+
+def vit(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
+    image = {16: 64, 32: 96, 64: 128}.get(seq, 64)
+    cfg = tf.ViTConfig(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ff,
+                       patch_size=16, image_size=image, attn_implementation=attention)
+    model = tf.ViTModel(cfg, add_pooling_layer=False)
+    px = torch.randn(batch, 3, image, image)
+    return model, (lambda: {"pixel_values": px}), "vit", dict(hidden=h, layers=layers, heads=heads, ff=ff, patch=16,
+                                                              image=image, classes=1000)
+
+
+BUILDERS = {"decoder_gated": llama, "decoder_gelu": gpt2, "encoder": bert, "encdec": bart, "vit": vit}
+
+
+def grid(style):
+    """A seeded fractional factorial over hidden, MLP width, heads, layers, sequence and batch
+    (MLP width and heads vary independently of hidden so that every coefficient is identifiable),
+    and three larger held-out "check" configs."""
+    import random
+
+    rng = random.Random(0)
+    full = list(itertools.product((64, 128), (2.0, 4.0), (2, 4), (1, 2), (32, 64), (1, 2)))
+    rng.shuffle(full)
+    fit = []
+    for h, ratio, heads, layers, seq, batch in full[:24]:
+        fit.append(dict(h=h, heads=heads, ff=int(h * ratio), kv=heads if style != "decoder_gated" else max(1, heads // 2),
+                        layers=layers, seq=seq, batch=batch))
+    check = []
+    for h, heads, layers, seq, batch in ((192, 6, 3, 48, 3), (256, 8, 2, 96, 2), (96, 3, 4, 40, 1)):
+        check.append(dict(h=h, heads=heads, ff=(int(h * 3.5) if style == "decoder_gated" else 4 * h),
+                          kv=heads if style != "decoder_gated" else heads // 3 or 1, layers=layers, seq=seq,
+                          batch=batch))
+    if style == "vit":  # seq selects the image side: 16 -> 64px (17 tokens), 32 -> 96px (37), 64 -> 128px (65)
+        for c in fit + check:
+            c["seq"] = {32: 16, 64: 32, 48: 32, 96: 64, 40: 16}[c["seq"]]
+    return fit, check
+
+
+def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):
+    stored, _one, _note, _m = E.activation_bytes(family, cfg, None, batch, seq, image, precision, attention, ckpt,
+                                                 True, dec_seq=dec_seq)
+    return stored
+
+
+def run(style, attention, precision, ckpt, c):
+    builder = BUILDERS[style]
+    torch.manual_seed(0)
+    model, make_input, family, est_cfg = builder(c["h"], c["layers"], c["heads"], c["ff"], c["kv"], c["seq"],
+                                                 c["batch"], attention)
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    measured = saved_bytes(model, make_input, precision, ckpt)
+    image = est_cfg.get("image", 224)
+    estimate = estimate_of(family, est_cfg, c["batch"], c["seq"], image, precision, attention, ckpt)
+    return measured, estimate
+
+
+def features(style, c):
+    """Regressors matching estimate._layer_bytes (summed over layers and tokens)."""
+    if style == "vit":
+        n = (({16: 64, 32: 96, 64: 128}[c["seq"]]) // 16) ** 2 + 1
+        tokens, s = c["batch"] * n, n
+    else:
+        tokens, s = c["batch"] * c["seq"], c["seq"]
+    L = c["layers"]
+    return dict(h=L * tokens * c["h"], ff=L * tokens * c["ff"], s=L * tokens * c["heads"] * s,
+                ss=L * tokens * s, final=tokens * c["h"])
+
+
+def _lstsq(rows, names, style, target):
+    import numpy as np
+
+    X = np.array([[features(style, r["config"])[n] for n in names] for r in rows], float)
+    y = np.array([target(r) for r in rows], float)
+    w = 1.0 / np.array([r["measured"] for r in rows], float)  # relative error: every config weighs the same
+    sol, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    out = {n: round(float(v), 4) for n, v in zip(names, sol)}
+    if any(v < 0 for v in out.values()):
+        print(f"note: negative coefficient in {style} {names}: {out}", file=sys.stderr)
+    return out
+
+
+def fit_style(style, rows):
+    """Three fits per precision: SDPA (per-token h and ff terms, the after-the-stack term), eager
+    (the score term on the SDPA residual), checkpointed (stored block inputs, a per-block
+    sequence-squared mask term, and the after-the-stack term)."""
+    coeffs = {}
+    for precision in PRECISIONS:
+        pc = E.precision_class(precision)
+        out = dict(E.coefficients()["transformer"][style][pc])
+        sel = [r for r in rows if r["precision"] == precision and r["split"] == "fit"]
+        sdpa = [r for r in sel if r["attention"] == "sdpa" and not r["checkpointing"]]
+        eager = [r for r in sel if r["attention"] == "eager" and not r["checkpointing"]]
+        ckpt = [r for r in sel if r["checkpointing"] and r["attention"] == "sdpa"]
+        base = _lstsq(sdpa, ["h", "ff", "final"], style, lambda r: r["measured"])
+        out.update(h=base["h"], ff=base["ff"], sq=0.0, q=0.0, eq=0.0, final=base["final"])
+
+        def rest(r):
+            f = features(style, r["config"])
+            return r["measured"] - (base["h"] * f["h"] + base["ff"] * f["ff"] + base["final"] * f["final"])
+
+        if eager:
+            e = _lstsq(eager, ["s", "h"], style, rest)
+            out.update(s=e["s"], eq=e["h"])  # eq multiplies q_dim (= hidden in these classes)
+        if ckpt:
+            k = _lstsq(ckpt, ["h", "ss", "final"], style, lambda r: r["measured"])
+            out.update(ckpt=k["h"], ckpt_ss=k["ss"], ckpt_final=k["final"])
+        out["source"] = "fitted to calibration/activations.json"
+        coeffs[pc] = out
+    return coeffs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--styles", default="decoder_gated,decoder_gelu,encoder,vit,encdec")
+    args = ap.parse_args()
+    rows = []
+    t0 = time.time()
+    styles = args.styles.split(",")
+    path = os.path.join(ROOT, "calibration", "activations.json")
+    for style in styles:
+        fit, check = grid(style)
+        for split, configs in (("fit", fit), ("check", check)):
+            for c in configs:
+                for precision in PRECISIONS:
+                    for attention in ("eager", "sdpa"):
+                        for ckpt in (False, True):
+                            try:
+                                measured, estimate = run(style, attention, precision, ckpt, c)
+                            except Exception as exc:  # a combination this transformers build does not support
+                                print(f"skip {style} {attention} {precision} ckpt={ckpt}: {exc}", file=sys.stderr)
+                                continue
+                            rows.append(dict(style=style, split=split, config=c, precision=precision,
+                                             attention=attention, checkpointing=ckpt, measured=measured,
+                                             estimate=estimate))
+        if args.fit and style != "encdec":
+            co = json.load(open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json")))
+            co["transformer"][style] = fit_style(style, [r for r in rows if r["style"] == style])
+            with open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json"), "w") as handle:
+                json.dump(co, handle, indent=1)
+            E.coefficients.cache_clear()
+        print(f"{style}: {len([r for r in rows if r['style'] == style])} configs, {time.time() - t0:.0f}s",
+              file=sys.stderr)
+    # re-estimate everything with the (possibly refitted) coefficients
+    E.coefficients.cache_clear()
+    for r in rows:
+        c = r["config"]
+        builder = BUILDERS[r["style"]]
+        model, _make, fam, est_cfg = builder(c["h"], c["layers"], c["heads"], c["ff"], c["kv"], c["seq"], c["batch"],
+                                             r["attention"])
+        r["estimate"] = estimate_of(fam, est_cfg, c["batch"], c["seq"], est_cfg.get("image", 224), r["precision"],
+                                    r["attention"], r["checkpointing"])
+        r["error_pct"] = round((r["estimate"] - r["measured"]) / r["measured"] * 100, 2)
+    with open(path, "w") as handle:
+        json.dump(dict(torch=torch.__version__, transformers=tf.__version__, rows=rows), handle, indent=0)
+    worst = max(abs(r["error_pct"]) for r in rows)
+    print(f"{len(rows)} configs, worst |error| {worst:.1f}%", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
