@@ -146,7 +146,7 @@ class FlowAnalyzer:
     def stmt_AugAssign(self, node: ast.AugAssign) -> None:
         right = self.expr(node.value)
         current = self.expr(node.target)
-        if isinstance(node.op, ast.Div) and (current.grad or current.has(V.LOSS)):
+        if isinstance(node.op, ast.Div) and (current.grad or current.has(V.LOSS) or current.params):
             result = derived([current, right], V.DIVIDED)
         elif isinstance(node.op, ast.Mult) and right.has(V.RECIPROCAL):
             result = derived([current, right], V.DIVIDED)
@@ -388,7 +388,7 @@ class FlowAnalyzer:
         if isinstance(node.op, ast.Div):
             if isinstance(node.left, ast.Constant):
                 return derived([right], V.RECIPROCAL)
-            if left.grad or left.has(V.LOSS):
+            if left.grad or left.has(V.LOSS) or left.params:   # params: `def f(x): return x / k`
                 return derived([left, right], V.DIVIDED)
         if isinstance(node.op, ast.Mult) and (left.has(V.RECIPROCAL) or right.has(V.RECIPROCAL)):
             return derived([left, right], V.DIVIDED)
@@ -695,6 +695,10 @@ class FlowAnalyzer:
             return UNKNOWN
         if recv.grad or recv.has(V.TENSOR):
             return self.tensor_method(node, method, recv, args)
+        if method in ("div", "div_", "true_divide") and recv.params:
+            return derived([recv] + list(args), V.DIVIDED)   # `def f(x): return x.div(k)`
+        if method in api.GRAPH_KEEPING_METHODS and recv.params:
+            return derived([recv])   # a parameter's `x.mean()`: summaries follow what is passed
         return UNKNOWN
 
     def tensor_method(self, node, method, recv: Value, args) -> Value:
@@ -837,15 +841,7 @@ class FlowAnalyzer:
         if ret is UNKNOWN or not ret.params:
             return _strip_params(ret)
         bound = _bind_arguments(func, args, kwargs, receiver)
-        flowing = [bound[i] for i in sorted(ret.params) if i in bound]
-        if not flowing:
-            return _strip_params(ret)
-        merged = join_all(flowing)
-        return Value(grad=ret.grad or merged.grad, graphs=ret.graphs | merged.graphs,
-                     origin=ret.origin or merged.origin,
-                     tags=ret.tags | (merged.tags & (V.ACTIVATION_TAGS | {V.TENSOR, V.LOSS, V.DIVIDED})),
-                     containers=ret.containers | merged.containers, cls=ret.cls, node=ret.node,
-                     elements=ret.elements)
+        return _through_call(ret, bound)
 
     # ------------------------------------------------------------------ grad mode
     def grad_mode_of(self, ctx: ast.AST) -> Optional[bool]:
@@ -943,6 +939,23 @@ def _activation(args, tag: str) -> Value:
     return Value(grad=base.grad, graphs=base.graphs, origin=base.origin,
                  tags=(base.tags - V.ACTIVATION_TAGS - {V.CONTAINER}) | {tag, V.TENSOR},
                  containers=base.containers, params=base.params)
+
+
+def _through_call(ret: Value, bound: Dict[int, Value], depth: int = 0) -> Value:
+    """A summary's return value at one call: what flowed in through the arguments it depends
+    on joins it, element by element for tuples (`loss, logs = compute(model, batch)`)."""
+    elements = ret.elements
+    if elements is not None and depth < 2:
+        elements = tuple(_through_call(e, bound, depth + 1) for e in elements)
+    flowing = [bound[i] for i in sorted(ret.params) if i in bound]
+    if not flowing:
+        return replace(_strip_params(ret), elements=elements)
+    merged = join_all(flowing)
+    return Value(grad=ret.grad or merged.grad, graphs=ret.graphs | merged.graphs,
+                 origin=ret.origin or merged.origin,
+                 tags=ret.tags | (merged.tags & (V.ACTIVATION_TAGS | {V.TENSOR, V.LOSS, V.DIVIDED})),
+                 containers=ret.containers | merged.containers, cls=ret.cls, node=ret.node,
+                 elements=elements)
 
 
 def _strip_params(value: Value) -> Value:

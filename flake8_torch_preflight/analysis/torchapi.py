@@ -16,7 +16,7 @@ GRAPH_KEEPING_METHODS = frozenset(
     exp log log_softmax softmax sigmoid tanh relu abs pow sqrt rsqrt neg clamp clamp_ clip
     max min norm std var prod cumsum masked_fill gather index_select type_as view_as squeeze_
     mul add sub div matmul mm bmm flip roll diag triu tril logsumexp square sin cos
-    __getitem__ type""".split()
+    __getitem__ type requires_grad_""".split()
 )
 
 # Tensor methods and attributes whose result holds no graph.
@@ -75,7 +75,7 @@ MODEL_FACTORY_RE = re.compile(
     r"^(transformers\.(Auto\w*Model\w*|\w*(Model|ForCausalLM|For\w+))\.from_pretrained"
     r"|transformers\.\w*(Model|For\w+)"
     r"|peft\.get_peft_model|peft\.PeftModel\.from_pretrained"
-    r"|timm\.create_model|torchvision\.models\.\w+|diffusers\.\w+Model\w*(\.from_pretrained)?"
+    r"|timm\.create_model|torchvision\.models\.\w+|diffusers\.(?!\w*Pipeline)\w+Model\w*(\.from_pretrained)?"
     r"|torch\.compile|torch\.jit\.script|torch\.nn\.parallel\.DistributedDataParallel"
     r"|torch\.nn\.DataParallel|torch\.nn\.parallel\.DataParallel"
     r"|torch\.distributed\.fsdp\.\w*FullyShardedDataParallel\w*"

@@ -61,7 +61,8 @@ through a breaker still counts as consuming it.
 """
 from __future__ import annotations
 
-from typing import Iterator, Set
+import ast
+from typing import Dict, Iterator, Set
 
 from ..analysis import FileAnalysis
 from ..analysis import values as V
@@ -70,6 +71,7 @@ from ..analysis.events import FunctionFacts, Store
 from ..findings import ERROR, WARNING, Finding
 from .base import Rule
 
+_GRAD_FUNCS = frozenset({"torch.autograd.grad", "torch.autograd.functional.vjp"})
 _VERBS = {"append": "appended to", "extend": "extended into", "insert": "inserted into",
           "add": "added to", "update": "merged into", "setitem": "stored into",
           "setattr": "assigned to", "augassign": "accumulated into"}
@@ -164,11 +166,46 @@ def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[
 
 
 def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
+    """Containers whose graphs reach a backward (or `torch.autograd.grad`) somewhere in the
+    file, also through helpers that backward what they are passed (`update(latents, loss)`)."""
     keys: Set[str] = set()
-    for facts in analysis.all_facts():
-        for backward in facts.backwards:
-            keys |= backward.value.containers
+    by_param: Dict[object, Set[int]] = {}     # function -> parameter positions it backwards
+    every = list(analysis.all_facts())
+    for facts in every:
+        consumed = [b.value for b in facts.backwards]
+        consumed += [c.args[0] for c in facts.calls if c.qualname in _GRAD_FUNCS and c.args]
+        for value in consumed:
+            keys |= value.containers
+            if facts.func is not None and value.params:
+                by_param.setdefault(facts.func, set()).update(value.params)
+    for _ in range(3):                        # helpers of helpers, a few levels up
+        grew = False
+        for facts in every:
+            for call in facts.local_calls:
+                wanted = by_param.get(call.callee)
+                if not wanted:
+                    continue
+                for position, value in _arguments(facts, call):
+                    if position not in wanted:
+                        continue
+                    keys |= value.containers
+                    if facts.func is not None and not value.params <= by_param.get(facts.func, set()):
+                        by_param.setdefault(facts.func, set()).update(value.params)
+                        grew = True
+        if not grew:
+            break
     return keys
+
+
+def _arguments(facts: FunctionFacts, call):
+    """(parameter position, Value) for each argument of a call of a function of this file."""
+    callee, node = call.callee, call.node
+    offset = 1 if callee.is_method and isinstance(node.func, ast.Attribute) else 0
+    for i, arg in enumerate(node.args):
+        yield i + offset, facts.value(arg)
+    for kw in node.keywords:
+        if kw.arg in callee.params:
+            yield callee.params.index(kw.arg), facts.value(kw.value)
 
 
 def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: Store):

@@ -96,15 +96,16 @@ class UnscaledAccumulation(Rule):
     def _report(self, site, backward, loop, step, test) -> Finding:
         origin = backward.value.origin
         made = f"`{origin[1]}` line {origin[0]}" if origin else f"line {site.line}"
-        divisor = _divisor(test) or "the accumulation count"
+        divisor = _divisor(test)
         return self.finding(
             site,
-            "gradient accumulation sums unscaled losses: an effective "
-            f"{divisor}× learning rate",
+            "gradient accumulation sums unscaled losses: the learning rate is effectively "
+            f"multiplied by {f'`{divisor}`' if divisor else 'the number of accumulated steps'}",
             f"backward at line {site.line} runs every iteration of the loop at line {loop.lineno} "
             f"but the optimizer steps only when `{short(test, 50)}` (line {step.line}); the loss "
             f"from {made} is never divided",
-            f"backward `loss / {divisor}` (divide the loss by the number of accumulated steps)")
+            f"backward `loss / {divisor or 'accum_steps'}` (divide the loss by the number of "
+            f"accumulated steps)")
 
 
 def _divisor(test: ast.AST) -> Optional[str]:
