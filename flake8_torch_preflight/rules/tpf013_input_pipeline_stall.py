@@ -47,7 +47,8 @@ warning has no autofix: the transfer has to move before the loop by hand.
 Quiet when the transfer sits under an `if` in the loop, when the value is created, rebound
 or changed in place inside the loop (a fresh random tensor per epoch), when the same module
 is also moved elsewhere in the loop (CPU offloading), in evaluation code, and for loaders
-whose name says validation. A loader passed into the training function is followed one call
+whose name says validation; the note needs a host-to-device copy in training code (without
+one the data already lives on the GPU, where loader workers cannot be used). A loader passed into the training function is followed one call
 level up; loaders built by other packages (HF `Trainer`, `accelerator.prepare` of a loader
 built elsewhere) are not checked. `num_workers` set from a variable is trusted.
 """
@@ -138,20 +139,20 @@ class InputPipelineStall(Rule):
             changed = loop_mutations(analysis, facts, loop)
             if prefixes & changed and (not module or prefixes & loop_targets(loop)):
                 return None
+        target = transfer_target(call)
+        for other in facts.calls:
+            if other is call or (inner and inner[0] not in other.site.loops):
+                continue
+            if other.method in ("to", "cuda", "cpu") and other.qualname is None \
+                    and isinstance(other.node.func, ast.Attribute) \
+                    and dotted(other.node.func.value) == text \
+                    and (other.method == "cpu" or transfer_target(other) != target):
+                return None          # moved back and forth: deliberate (CPU) offloading
         if module:
             made = recv.node
             if made is not None and inner and getattr(made, "lineno", 0) >= inner[0].lineno \
                     and getattr(made, "end_lineno", 0) <= inner[0].end_lineno:
                 return None          # built inside the loop (folds, trials)
-            target = transfer_target(call)
-            for other in facts.calls:
-                if other is call or (inner and inner[0] not in other.site.loops):
-                    continue
-                if other.method in ("to", "cuda", "cpu") and other.qualname is None \
-                        and isinstance(other.node.func, ast.Attribute) \
-                        and dotted(other.node.func.value) == text \
-                        and (other.method == "cpu" or transfer_target(other) != target):
-                    return None      # moved back and forth: deliberate offloading
             return f"`{text}` is a module already moved by this call in the previous step"
         return f"`{text}` is bound before the loop and never rebound or changed in it"
 
@@ -162,6 +163,7 @@ class InputPipelineStall(Rule):
             return
         training = _training_loader_nodes(analysis)
         nb = _non_blocking_line(analysis)
+        fed = _host_fed(analysis)
         for facts in analysis.all_facts():
             for call in facts.calls:
                 if call.qualname not in api.DATALOADER_NAMES:
@@ -176,8 +178,8 @@ class InputPipelineStall(Rule):
                 shuffle = keyword(node, "shuffle")
                 if reason is None and isinstance(shuffle, ast.Constant) and shuffle.value is True:
                     reason = "built with `shuffle=True`"
-                if reason is None:
-                    continue
+                if reason is None or (fed is None and "train_dataloader" not in reason):
+                    continue         # batches never copied to the GPU: data already there
                 issues, fixes = [], []
                 workers = keyword(node, "num_workers")
                 if workers is None or (isinstance(workers, ast.Constant) and workers.value == 0):
@@ -250,8 +252,25 @@ def _non_blocking_line(analysis) -> Optional[int]:
     lines = [call.site.line for facts in analysis.all_facts()
              for call in facts.calls
              if call.method in ("to", "cuda") and call.qualname is None and non_blocking(call)
-             and analysis.scope_does(facts, call.site, "backward")]
+             and (_in_training_loop(analysis, facts, call) or (
+                 facts.func is not None and hot_reason(analysis, facts.func) is not None))]
     return min(lines) if lines else None
+
+
+def _in_training_loop(analysis, facts, call: CallSite) -> bool:
+    return any(analysis.loop_does(facts, loop, "backward") for loop in call.site.loops)
+
+
+def _host_fed(analysis) -> Optional[int]:
+    """Line of a host-to-device copy in training code (a training loop or a per-step
+    helper), or None: without one the batches are already on the GPU (a CUDA-resident
+    dataset, where worker processes cannot even be used)."""
+    for facts in analysis.all_facts():
+        hot = facts.func is not None and hot_reason(analysis, facts.func) is not None
+        for call in facts.calls:
+            if is_transfer(facts, call) and (hot or _in_training_loop(analysis, facts, call)):
+                return call.site.line
+    return None
 
 
 def _bound_name(stmt: ast.AST, node: ast.AST) -> Optional[str]:
