@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from . import torchapi as api
 from . import values as V
-from .astutil import contains_mod, dotted, is_const, keyword, short
+from .astutil import dotted, is_const, keyword, short
 from .bindings import scan_bindings
 from .events import (Backward, CallSite, Cond, Forward, FunctionFacts, LocalCall, ModeCall,
                      Site, Step, Store)
@@ -106,9 +106,9 @@ class FlowAnalyzer:
 
     def stmt(self, node: ast.stmt) -> None:
         self.current_stmt = node
-        method = getattr(self, "stmt_" + type(node).__name__, None)
+        method = _STMT_HANDLERS.get(type(node))
         if method is not None:
-            method(node)
+            method(self, node)
         # Function and class definitions are analysed on their own; everything else
         # (pass, break, global, import, …) changes nothing we track.
 
@@ -159,7 +159,7 @@ class FlowAnalyzer:
 
     def stmt_If(self, node: ast.If) -> None:
         test = self.expr(node.test)
-        counter = test.has(V.COUNTER_COND) or contains_mod(node.test)
+        counter = test.has(V.COUNTER_COND) or test.has(V.MODULO)
         before_eval = self.eval_mode
         self.conds.append(Cond(len(self.loops), node.test, counter))
         saved = self.env
@@ -311,9 +311,11 @@ class FlowAnalyzer:
     def expr(self, node: Optional[ast.AST]) -> Value:
         if node is None:
             return UNKNOWN
-        method = getattr(self, "expr_" + type(node).__name__, None)
-        value = method(node) if method is not None else self.generic(node)
-        return self.record(node, value)
+        method = _EXPR_HANDLERS.get(type(node))
+        value = method(self, node) if method is not None else self.generic(node)
+        if self.recording:
+            self.facts.values[id(node)] = value
+        return value
 
     def generic(self, node: ast.AST) -> Value:
         for child in ast.iter_child_nodes(node):
@@ -393,7 +395,8 @@ class FlowAnalyzer:
         if isinstance(node.op, ast.Mult) and (left.has(V.RECIPROCAL) or right.has(V.RECIPROCAL)):
             return derived([left, right], V.DIVIDED)
         if isinstance(node.op, ast.Mod):
-            return Value(tags=frozenset({V.PYSCALAR}))
+            # `step % k` (not `"%d" % x`): the shape of a counter test.
+            return _MODULO if not isinstance(node.left, ast.Constant) else _PYSCALAR
         if left.grad or right.grad:
             return derived([left, right])
         if left.has(V.CONTAINER) or right.has(V.CONTAINER):
@@ -404,12 +407,13 @@ class FlowAnalyzer:
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         operand = self.expr(node.operand)
         if isinstance(node.op, ast.Not):
-            return Value(tags=operand.tags & {V.COUNTER_COND})
+            counter = operand.has(V.COUNTER_COND) or operand.has(V.MODULO)
+            return Value(tags=frozenset({V.COUNTER_COND})) if counter else UNKNOWN
         return operand
 
     def expr_Compare(self, node: ast.Compare) -> Value:
         operands = [self.expr(node.left)] + [self.expr(c) for c in node.comparators]
-        if contains_mod(node):
+        if any(v.has(V.MODULO) for v in operands):
             return Value(tags=frozenset({V.COUNTER_COND}))
         if not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops) \
                 and any((v.grad or v.has(V.TENSOR)) and not v.has(V.PYSCALAR) for v in operands):
@@ -601,6 +605,10 @@ class FlowAnalyzer:
             return self.forward(node, callee, args, kwargs)
         if isinstance(callee.node, FunctionRef):
             return self.call_function(node, callee.node.func, args, kwargs, None)
+        if callee.cls is not None and not callee.has(V.CONTAINER):
+            dunder = callee.cls.method("__call__")   # a loss/metric object of this file
+            if dunder is not None:
+                return self.call_function(node, dunder, args, kwargs, callee)
         return UNKNOWN
 
     def call_method(self, node, method, receiver: Value, args, kwargs) -> Value:
@@ -793,7 +801,7 @@ class FlowAnalyzer:
                           list(args) + list(kwargs.values())).containers,
                       elements=result.elements)
         if self.recording:
-            self.facts.forwards.append(Forward(self.site(node), module, value, short(node)))
+            self.facts.forwards.append(Forward(self.site(node), module, value))
         return value
 
     def loss_result(self, node, args) -> Value:
@@ -861,6 +869,23 @@ class FlowAnalyzer:
 
     def is_accumulate_context(self, ctx: ast.AST, value: Value) -> bool:
         return "accumulate" in value.tags
+
+
+def _handlers(prefix: str):
+    """ast node type -> FlowAnalyzer method, looked up once instead of per node."""
+    table = {}
+    for name in dir(FlowAnalyzer):
+        if name.startswith(prefix):
+            node_type = getattr(ast, name[len(prefix):], None)
+            if isinstance(node_type, type):
+                table[node_type] = getattr(FlowAnalyzer, name)
+    return table
+
+
+_EXPR_HANDLERS = _handlers("expr_")
+_STMT_HANDLERS = _handlers("stmt_")
+_PYSCALAR = Value(tags=frozenset({V.PYSCALAR}))
+_MODULO = Value(tags=frozenset({V.PYSCALAR, V.MODULO}))
 
 
 class FunctionRef:

@@ -137,7 +137,13 @@ class FileIndex:
         if qual in torchapi.SET_GRAD_ENABLED and isinstance(decorator, ast.Call):
             return bool(decorator.args) and isinstance(decorator.args[0], ast.Constant) \
                 and decorator.args[0].value is False
-        return False
+        # A project's own wrapper (`@smart_inference_mode()`, `@utils.no_grad_if(...)`) defined
+        # where we cannot read it: its name is all we have, and guessing "records" is the
+        # false positive.
+        last = (qual or "").rsplit(".", 1)[-1] or getattr(target, "id", None) or \
+            getattr(target, "attr", "")
+        return not (qual or "").startswith("torch.") and (
+            "inference_mode" in last or "no_grad" in last)
 
     def _link_classes(self) -> None:
         for cls in self.classes.values():

@@ -159,10 +159,16 @@ def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[
     func = facts.func
     if func is None or analysis.function_does(func, "backward"):
         return set()              # it backwards them itself: the return is for logging
-    if (returns.has(V.LOSS) and not returns.has(V.CONTAINER)) or (
-            func.cls is not None and func.cls.is_module):
+    if func.cls is not None and func.cls.is_module:
         return set(returns.containers)
-    return set()
+    keys: Set[str] = set()
+    todo = [returns]
+    while todo:                   # `return total_loss, logs`: the loss element counts
+        value = todo.pop()
+        if value.has(V.LOSS) and not value.has(V.CONTAINER):
+            keys |= value.containers
+        todo.extend(value.elements or ())
+    return keys
 
 
 def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
