@@ -52,12 +52,19 @@ when the stored graphs are later consumed by a backward anywhere in the file
 function that runs no backward itself returns them as a loss (perceptual / contrastive losses
 built in a helper) or as a module's output (U-Net skip connections), for `nn.Parameter`
 leaves, for loops that walk a model's layers (`for block in self.blocks`), for lists local to
-an `nn.Module` method (they die with the call, and autograd keeps those activations for the
-backward anyway), and inside pytest `test_*` functions. Overwriting an attribute each
+an `nn.Module` method or to a class with `forward` (they die with the call, and autograd keeps
+those activations for the backward anyway), for a local list filled by the only loop of a
+function that steps the optimizer after it (one step's micro-batches), for iterative updates
+whose added term is computed from the accumulator itself (`x = x + dt * model(x)`: samplers,
+ODE steps), when every in-file caller runs the function under `no_grad`, and inside pytest
+`test_*` functions. `torch.autograd.grad(loss, ...)` consumes like a backward, also through
+helpers that differentiate what they are passed. Overwriting an attribute each
 iteration (`self.last_loss = loss`) keeps one graph, not one per step, and is not reported;
 `self.total = self.total + loss` is. Values whose origin the analysis cannot see (a call into
 another package) are assumed not to carry a graph, and a value read back from a container
-through a breaker still counts as consuming it.
+through a breaker still counts as consuming it. A per-step list in a DeepSpeed-style step
+function (`for _ in range(accum): losses.append(loss)` with `engine.step()` inside the loop)
+is still reported as a warning, though it lives only for one step.
 """
 from __future__ import annotations
 
@@ -93,12 +100,13 @@ class RetainedGraph(Rule):
                 continue          # `with torch.no_grad(): feats = extract(model, loader)`
             returned = _returned_for_backward(analysis, facts)
             for store in facts.stores:
-                if self._quiet(facts, store, consumed, returned):
+                if self._quiet(analysis, facts, store, consumed, returned):
                     continue
                 yield self._report(analysis, facts, store)
 
     @staticmethod
-    def _quiet(facts: FunctionFacts, store: Store, consumed: Set[str], returned) -> bool:
+    def _quiet(analysis: FileAnalysis, facts: FunctionFacts, store: Store, consumed: Set[str],
+               returned) -> bool:
         value = store.value
         if store.site.no_grad or not value.grad or value.leaf:
             return True
@@ -107,12 +115,18 @@ class RetainedGraph(Rule):
             return True           # the container is created anew inside the loop
         if _iterates_modules(facts, innermost):
             return True           # a walk over layers: as many entries as layers, not steps
+        if store.how == "augassign" and store.key in value.containers:
+            return True           # `x = x + dt * model(x)`: an iterative computation (sampler,
+                                  # ODE step, unrolled RNN), not a pile of per-step graphs
         func = facts.func
-        if func is not None and func.cls is not None and func.cls.is_module \
-                and store.key.startswith(func.qualname + ":"):
+        local = func is not None and store.key.startswith(func.qualname + ":")
+        if local and _module_like(func.cls):
             # A local list in a module method dies with the call, and autograd keeps those
             # activations for this forward's backward anyway.
             return True
+        if local and len(store.site.loops) == 1 and _steps_after(analysis, facts, innermost):
+            return True           # micro-batches of one optimizer step: bounded by the
+                                  # accumulation count, and the list dies with the call
         return store.key in consumed or store.key in returned
 
     def _report(self, analysis: FileAnalysis, facts: FunctionFacts, store: Store) -> Finding:
@@ -141,6 +155,20 @@ class RetainedGraph(Rule):
             fix, WARNING)
 
 
+def _module_like(cls) -> bool:
+    """An nn.Module subclass, or a class with `forward` whose base we cannot resolve
+    (`class Block(MegatronModule)` imported from elsewhere in the project)."""
+    return cls is not None and (cls.is_module or cls.method("forward") is not None)
+
+
+def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:
+    """The function steps the optimizer outside `loop` (one call = one optimizer step)."""
+    if any(loop not in s.site.loops for s in facts.steps):
+        return True
+    return any(loop not in c.site.loops and analysis.function_does(c.callee, "step")
+               for c in facts.local_calls)
+
+
 def _iterates_modules(facts: FunctionFacts, loop) -> bool:
     """`for layer in self.layers`, `for i, block in enumerate(self.blocks)`, `zip(...)`."""
     iterated = getattr(loop, "iter", None)
@@ -159,7 +187,7 @@ def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[
     func = facts.func
     if func is None or analysis.function_does(func, "backward"):
         return set()              # it backwards them itself: the return is for logging
-    if func.cls is not None and func.cls.is_module:
+    if _module_like(func.cls):
         return set(returns.containers)
     keys: Set[str] = set()
     todo = [returns]
