@@ -104,7 +104,12 @@ class Forward:
     site: Site
     module: Value
     result: Value
-    text: str          # `model(...)`
+
+    @property
+    def text(self) -> str:
+        """`model(...)`, rendered only when a message needs it."""
+        from .astutil import short
+        return short(self.site.node)
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,15 @@ class FunctionFacts:
     loop_rebinds: Dict[ast.AST, frozenset] = field(default_factory=dict)
     returns: Value = UNKNOWN
     env: Dict[str, Value] = field(default_factory=dict)
+
+    def mark(self) -> Dict[str, int]:
+        """Lengths of the event lists, to undo a walk with `rollback`."""
+        return {name: len(items) for name, items in vars(self).items() if isinstance(items, list)
+                and name != "loops"}
+
+    def rollback(self, mark: Dict[str, int]) -> None:
+        for name, length in mark.items():
+            del getattr(self, name)[length:]
 
     def value(self, node: ast.AST) -> Value:
         return self.values.get(id(node), UNKNOWN)

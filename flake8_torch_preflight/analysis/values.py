@@ -39,6 +39,7 @@ LOGITS = "logits"            # raw output of a model / linear layer
 DIVIDED = "divided"          # divided by something (gradient accumulation scaling)
 RECIPROCAL = "reciprocal"    # `1 / k`
 COUNTER_COND = "counter_cond"  # a test of the form `step % k == 0`
+MODULO = "modulo"            # `step % k`: a counter, when tested
 ACTIVATION_MODULE = "activation_module"  # nn.Softmax() & co; see `activation`
 
 # Set by `join` when the joined values disagree on their activation (`x if self.training
