@@ -45,6 +45,8 @@ hooks (Lightning disables grad), in HF `Trainer` subclasses' evaluation methods,
 caller in the same file wraps the call in `no_grad` (one level up), when the scope runs a
 backward, for `test_*` functions with no loop (model-file smoke tests), and for calls of a
 parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
+Quiet as well when the forward's output reaches a backward somewhere in the file, or the
+function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
 Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one
 finding per evaluation scope.
 """
@@ -65,6 +67,10 @@ class EvalWithoutNoGrad(Rule):
     fix_safety = "safe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        trained = set()   # lines of graphs that some backward in the file runs through
+        for facts in analysis.all_facts():
+            for backward in facts.backwards:
+                trained |= backward.value.graphs
         for facts in analysis.all_facts():
             func = facts.func
             if analysis.framework_owned(func):
@@ -88,6 +94,8 @@ class EvalWithoutNoGrad(Rule):
                 reason = analysis.evaluation_reason(facts, site)
                 if reason is None or analysis.scope_does(facts, site, "backward"):
                     continue
+                if forward.result.graphs & trained or _called_by_forward(analysis, func):
+                    continue   # `predict_noise()` / `infer_logits()` feed a training loss
                 scope = site.loops[-1] if site.loops else func
                 if scope in reported:
                     continue
@@ -136,4 +144,16 @@ def _pytest_test(func) -> bool:
         if func.name.startswith("test") or (func.cls is not None and func.cls.name.startswith("Test")):
             return True
         func = func.parent
+    return False
+
+
+def _called_by_forward(analysis: FileAnalysis, func) -> bool:
+    """Some in-file caller is a module's `forward`: the function is part of the model."""
+    if func is None:
+        return False
+    for caller, _ in analysis.callers(func):
+        owner = caller.func
+        if owner is not None and owner.name == "forward" and owner.cls is not None \
+                and owner.cls.is_module:
+            return True
     return False
