@@ -147,8 +147,11 @@ def test_noqa_silences_each_reported_code(tmp_path_factory, source):
     if not findings:
         return
     lines = source.splitlines()
+    codes_by_line = {}
     for finding in findings:
-        lines[finding.line - 1] += f"  # noqa: {finding.code}"
+        codes_by_line.setdefault(finding.line, set()).add(finding.code)
+    for line, codes in codes_by_line.items():
+        lines[line - 1] += "  # noqa: " + ",".join(sorted(codes))
     path = tmp_path_factory.mktemp("noqa") / "train.py"
     path.write_text("\n".join(lines) + "\n")
     guide = legacy.get_style_guide(select=["TPF0"], quiet=2)

@@ -43,6 +43,8 @@ class FlowAnalyzer:
         self.recording = recording
         self.loops: List[ast.AST] = []
         self.current_stmt: Optional[ast.stmt] = None
+        # Names read in the current loop iteration before being written in it.
+        self.iteration_reads: Optional[set] = None
         self.conds: List[Cond] = []
         self.no_grad = bool(func and func.grad_disabled_by_decorators)
         self.accumulate = False
@@ -71,6 +73,8 @@ class FlowAnalyzer:
 
     def lookup(self, name: str) -> Value:
         if name in self.env:
+            if self.iteration_reads is not None and name not in self.env.iteration:
+                self.iteration_reads.add(name)
             return self.env[name]
         return self.global_env.get(name, UNKNOWN)
 
@@ -190,19 +194,29 @@ class FlowAnalyzer:
             facts.loop_rebinds[node] = frozenset(self.rebinds.get(node, ()))
         before = self.env
         self.loops.append(node)
-        if self.recording and len(self.loops) <= _MAX_DEPTH_TWICE:
-            # First pass: let loop-carried values settle, without recording events.
-            self.recording = False
-            self.env = before.branch()
-            enter()
-            self.run(node.body)
-            self.recording = True
-            before = merge_envs(before, self.env)
-        self.env = before.branch()
+        outer_reads, self.iteration_reads = self.iteration_reads, set()
+        mark = self.facts.mark() if self.recording else None
+        self.env = before.branch(iteration=set())
         enter()
         self.run(node.body)
+        body_written = set(self.env.written)
+        after = merge_envs(before, self.env)
+        if mark is not None and len(self.loops) <= _MAX_DEPTH_TWICE and \
+                _carried_values_changed(before, after, self.iteration_reads):
+            # A value read at the top of an iteration is changed by the iteration before
+            # (`hidden = model(x, hidden)`): walk the body again from the settled values.
+            self.facts.rollback(mark)
+            self.env = after.branch(iteration=set())
+            enter()
+            self.run(node.body)
+            body_written |= self.env.written
+            after = merge_envs(after, self.env)
+        reads, self.iteration_reads = self.iteration_reads, outer_reads
+        if outer_reads is not None:
+            outer_reads |= reads - before.iteration
+        after.iteration.update(body_written)
         self.loops.pop()
-        self.env = merge_envs(before, self.env)
+        self.env = after
         self.run(node.orelse)
 
     def stmt_With(self, node) -> None:
@@ -347,7 +361,7 @@ class FlowAnalyzer:
     def expr_Attribute(self, node: ast.Attribute) -> Value:
         text = dotted(node)
         if text is not None and text in self.env:
-            return self.env[text]
+            return self.lookup(text)
         if text is not None and text.startswith("self.") and self.func is not None \
                 and self.func.cls is not None:
             attr = self.a.class_attr(self.func.cls, text)
@@ -713,7 +727,10 @@ class FlowAnalyzer:
         if method in ("detach", "detach_"):
             return recv.no_graph(V.TENSOR)
         if method in api.GRAPH_BREAKING_METHODS:
-            return recv.no_graph(V.PYSCALAR if method in _HOST_RESULTS else V.TENSOR)
+            if method in _HOST_RESULTS:   # a host value: no longer a tensor at all
+                return Value(tags=frozenset({V.PYSCALAR}), containers=recv.containers,
+                             params=recv.params)
+            return recv.no_graph(V.TENSOR)
         if method == "softmax":
             return _activation((recv,), V.SOFTMAX)
         if method == "log_softmax":
@@ -900,18 +917,34 @@ class Env(dict):
     """name -> Value, remembering which names were written since it was branched, so a
     join at the end of an `if` or a loop costs what the branches wrote, not the whole scope."""
 
-    __slots__ = ("written",)
+    __slots__ = ("written", "iteration")
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
         self.written = set()
+        self.iteration = set()    # written in the current loop iteration, shared by branches
 
     def __setitem__(self, key, value) -> None:
         self.written.add(key)
+        self.iteration.add(key)
         dict.__setitem__(self, key, value)
 
-    def branch(self) -> "Env":
-        return Env(self)
+    def branch(self, iteration: Optional[set] = None) -> "Env":
+        env = Env(self)
+        env.iteration = self.iteration if iteration is None else iteration
+        return env
+
+
+def _carried_values_changed(before: Env, after: Env, reads: set) -> bool:
+    """Some name read before being written in an iteration now holds other facts."""
+    for name in reads:
+        old, new = before.get(name), after.get(name)
+        if old is new:
+            continue
+        if old is None or new is None or old.grad != new.grad or old.tags != new.tags \
+                or old.leaf != new.leaf or old.containers != new.containers or old.cls is not new.cls:
+            return True
+    return False
 
 
 def merge_envs(base: Env, *branches: Env) -> Env:
