@@ -37,7 +37,12 @@ accumulation condition) depends on intent.
 Quiet when the reset sits under an `if` in the loop (deliberate accumulation), in
 LightningModule and HF Trainer code (the framework zeroes gradients), with DeepSpeed engines
 (`engine.step()` zeroes them), in `training_step`-style functions with no loop, and when the
-loop's innermost backward-and-step is in a nested loop (that loop is judged instead).
+loop's innermost backward-and-step is in a nested loop (that loop is judged instead), also
+when that loop sits in a called helper (`for epoch ...: train_epoch(...)` is judged once, in
+`train_epoch`). Any reset in the iteration counts, whichever optimizer it resets: a GAN loop
+that zeroes the discriminator's gradients but not the generator's is not reported. A step
+the analysis does not recognise (an optimizer hidden behind an unknown wrapper) makes the loop
+invisible to this rule.
 """
 from __future__ import annotations
 
@@ -86,11 +91,14 @@ def _backward_only_in_helper_loops(analysis: FileAnalysis, facts, loop) -> bool:
     return bool(callees) and all(_has_training_loop(analysis, f, 0) for f in callees)
 
 
-def _has_training_loop(analysis: FileAnalysis, func, depth: int) -> bool:
-    if depth > 3:
+def _has_training_loop(analysis: FileAnalysis, func, depth: int, seen=None) -> bool:
+    """`func`, or a helper it calls (a few levels deep), has a loop that runs backward."""
+    seen = set() if seen is None else seen
+    if depth > 3 or func in seen:
         return False
+    seen.add(func)
     facts = analysis.facts_for(func)
     if analysis.training_loops(facts):
         return True
-    return any(_has_training_loop(analysis, c.callee, depth + 1) for c in facts.local_calls
+    return any(_has_training_loop(analysis, c.callee, depth + 1, seen) for c in facts.local_calls
                if analysis.function_does(c.callee, "backward"))
