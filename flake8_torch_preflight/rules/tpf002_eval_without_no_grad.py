@@ -41,7 +41,9 @@ the fix is a `with torch.no_grad():` block placed by hand.
 
 ## Known limits
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
-hooks (Lightning disables grad), in HF `Trainer` subclasses' evaluation methods, when any
+hooks (Lightning disables grad), in HF `Trainer` subclasses (but an `evaluate`,
+`prediction_step`, `evaluation_loop` or `predict` override that never calls `super()` is
+judged like any evaluation function: the Trainer's `no_grad` lived in what it replaced), when any
 caller in the same file wraps the call in `no_grad` (one level up), when the scope runs a
 backward, for `test_*` functions with no loop (model-file smoke tests), and for calls of a
 parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
@@ -52,6 +54,7 @@ finding per evaluation scope.
 """
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 from ..analysis import FileAnalysis
@@ -73,7 +76,8 @@ class EvalWithoutNoGrad(Rule):
                 trained |= backward.value.graphs
         for facts in analysis.all_facts():
             func = facts.func
-            if analysis.framework_owned(func):
+            owner = analysis.framework_owned(func)
+            if owner and not (owner == "HF Trainer" and _own_hf_evaluation(facts)):
                 continue
             if func is not None and analysis.wrapped_in_no_grad_by_caller(func):
                 continue
@@ -157,3 +161,21 @@ def _called_by_forward(analysis: FileAnalysis, func) -> bool:
                 and owner.cls.is_module:
             return True
     return False
+
+
+_HF_EVAL_METHODS = frozenset({"evaluate", "prediction_step", "evaluation_loop", "predict"})
+
+
+def _own_hf_evaluation(facts) -> bool:
+    """An HF `Trainer` evaluation method overridden without delegating to `super()`: the
+    Trainer's own `no_grad` (inside `prediction_step`) no longer applies to it."""
+    func = facts.func
+    if func is None or func.cls is None or func.name not in _HF_EVAL_METHODS:
+        return False
+    for call in facts.calls:
+        target = call.node.func
+        if call.method == func.name and isinstance(target, ast.Attribute) \
+                and isinstance(target.value, ast.Call) \
+                and getattr(target.value.func, "id", None) == "super":
+            return False
+    return True
