@@ -30,7 +30,7 @@ def test_fixture(path):
         reported.add((line, code))
     missing = sorted(expected - reported)
     extra = sorted(reported - expected)
-    details = "\n".join(m for l, _, m in found if (l, m.split()[0]) in set(extra))
+    details = "\n".join(m for ln, _, m in found if (ln, m.split()[0]) in set(extra))
     assert not missing and not extra, f"missing={missing} extra={extra}\n{details}"
 
 

@@ -137,8 +137,8 @@ def test_unparsable_or_arbitrary_text_never_raises(text):
     lint_source("import torch\n" + text, "broken.py")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs())
 def test_noqa_silences_each_reported_code(tmp_path_factory, source):
     from flake8.api import legacy

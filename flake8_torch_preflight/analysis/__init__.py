@@ -19,7 +19,7 @@ from .flow import FlowAnalyzer
 from .imports import ImportTable
 from .astutil import dotted
 from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
-from .values import UNKNOWN, Value
+from .values import Value
 
 __all__ = ["FileAnalysis", "FunctionInfo", "ClassInfo", "FunctionFacts", "Site"]
 

@@ -211,7 +211,7 @@ def hot_reason(analysis, func) -> Optional[str]:
             site = call.site
             if analysis.evaluation_reason(cfacts, site):
                 continue
-            loop = next((l for l in step_loops(analysis, cfacts) if l in site.loops), None)
+            loop = next((lp for lp in step_loops(analysis, cfacts) if lp in site.loops), None)
             if loop is not None:
                 if not site.conds_inside(loop):
                     reason = (f"`{func.name}()` is called at line {site.line} in the training "

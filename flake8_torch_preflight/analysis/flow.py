@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from . import torchapi as api
 from . import values as V
-from .astutil import dotted, is_const, keyword, short
+from .astutil import dotted, is_const, keyword
 from .bindings import scan_bindings
 from .events import (Backward, CallSite, Cond, Forward, FunctionFacts, LocalCall, ModeCall,
                      Site, Step, Store)
@@ -56,7 +56,8 @@ class FlowAnalyzer:
 
     # ------------------------------------------------------------------ helpers
     def site(self, node: ast.AST) -> Site:
-        return Site(node, self.current_stmt or node, tuple(self.loops), tuple(self.conds), self.no_grad, self.accumulate,
+        return Site(node, self.current_stmt or node, tuple(self.loops), tuple(self.conds),
+                    self.no_grad, self.accumulate,
                     self.eval_mode)
 
     def key_for(self, target: ast.AST) -> Optional[Tuple[str, str]]:
@@ -373,7 +374,7 @@ class FlowAnalyzer:
             if attr in api.GRAPH_BREAKING_ATTRS:
                 return base.no_graph(V.TENSOR if attr in ("data", "grad") else V.PYSCALAR)
             tag = V.LOGITS if attr == "logits" else V.LOSS if attr == "loss" else None
-            return derived([base], *( (tag,) if tag else ()))
+            return derived([base], *((tag,) if tag else ()))
         if base.has(V.LOADER):
             field_value = base.field(attr)
             if field_value is not None:
@@ -466,8 +467,10 @@ class FlowAnalyzer:
             self.bind(gen.target, _iter_item(self.expr(gen.iter)), node)
             for cond in gen.ifs:
                 self.expr(cond)
-        element = self.expr(node.elt) if hasattr(node, "elt") else join(self.expr(node.key),
-                                                                       self.expr(node.value))
+        if hasattr(node, "elt"):
+            element = self.expr(node.elt)
+        else:
+            element = join(self.expr(node.key), self.expr(node.value))
         self.env = saved
         return _as_container(element)
 
@@ -610,7 +613,6 @@ class FlowAnalyzer:
         return UNKNOWN
 
     def call_value(self, node, callee: Value, args, kwargs) -> Value:
-        line = node.lineno
         if callee.has(V.LOSS_FN):
             return self.loss_result(node, args)
         if callee.has(V.ACTIVATION_MODULE):

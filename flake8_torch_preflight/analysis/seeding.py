@@ -10,7 +10,7 @@ helper defined in the file is followed (`function_seeds`, transitive like
 from __future__ import annotations
 
 import ast
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from .events import CallSite, FunctionFacts
 

@@ -116,8 +116,9 @@ class RetainedGraph(Rule):
         if _iterates_modules(facts, innermost):
             return True           # a walk over layers: as many entries as layers, not steps
         if store.how == "augassign" and store.key in value.containers:
-            return True           # `x = x + dt * model(x)`: an iterative computation (sampler,
-                                  # ODE step, unrolled RNN), not a pile of per-step graphs
+            # `x = x + dt * model(x)`: an iterative computation (sampler, ODE step,
+            # unrolled RNN), not a pile of per-step graphs.
+            return True
         func = facts.func
         local = func is not None and store.key.startswith(func.qualname + ":")
         if local and _module_like(func.cls):
@@ -125,8 +126,9 @@ class RetainedGraph(Rule):
             # activations for this forward's backward anyway.
             return True
         if local and len(store.site.loops) == 1 and _steps_after(analysis, facts, innermost):
-            return True           # micro-batches of one optimizer step: bounded by the
-                                  # accumulation count, and the list dies with the call
+            # Micro-batches of one optimizer step: bounded by the accumulation count, and
+            # the list dies with the call.
+            return True
         return store.key in consumed or store.key in returned
 
     def _report(self, analysis: FileAnalysis, facts: FunctionFacts, store: Store) -> Finding:

@@ -67,7 +67,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..analysis import FileAnalysis
 from ..analysis import values as V
-from ..analysis.astutil import dotted, short
+from ..analysis.astutil import short
 from ..analysis.device import cuda_evidence, encloses, hot_reason, step_loops
 from ..analysis.events import CallSite, FunctionFacts
 from ..findings import NOTE, WARNING, Finding

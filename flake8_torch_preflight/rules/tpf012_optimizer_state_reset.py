@@ -216,7 +216,7 @@ def _model_rebuilt(analysis, facts: FunctionFacts, loop, call: CallSite, kind: s
         # perturbation, a per-sample latent), so a fresh optimizer is the intent.
         arg = call.node.args[0] if call.node.args else keyword(call.node, "params")
         if arg is None or any(dotted(n) in rebinds for n in ast.walk(arg)
-                               if isinstance(n, (ast.Name, ast.Attribute))):
+                              if isinstance(n, (ast.Name, ast.Attribute))):
             return True
     if kind == "scheduler":
         arg = call.node.args[0] if call.node.args else keyword(call.node, "optimizer")

@@ -48,14 +48,15 @@ Quiet when the transfer sits under an `if` in the loop, when the value is create
 or changed in place inside the loop (a fresh random tensor per epoch), when the same module
 is also moved elsewhere in the loop (CPU offloading), in evaluation code, and for loaders
 whose name says validation; the note needs a host-to-device copy in training code (without
-one the data already lives on the GPU, where loader workers cannot be used). A loader passed into the training function is followed one call
-level up; loaders built by other packages (HF `Trainer`, `accelerator.prepare` of a loader
-built elsewhere) are not checked. `num_workers` set from a variable is trusted.
+one the data already lives on the GPU, where loader workers cannot be used). A loader passed
+into the training function is followed one call level up; loaders built by other packages
+(HF `Trainer`, `accelerator.prepare` of a loader built elsewhere) are not checked.
+`num_workers` set from a variable is trusted.
 """
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional, Set
+from typing import Iterator, Optional
 
 from ..analysis import FileAnalysis
 from ..analysis import torchapi as api
@@ -97,7 +98,7 @@ class InputPipelineStall(Rule):
             if text is None:
                 continue
             module = recv.has(V.MODULE) and not (recv.grad or recv.has(V.TENSOR))
-            loop = next((l for l in loops if l in site.loops), None)
+            loop = next((lp for lp in loops if lp in site.loops), None)
             if loop is None:
                 # A helper that runs every step: only modules are known to be the same object.
                 if hot is None or site.loops or site.conds or not module:
