@@ -31,3 +31,14 @@ def test_readme_rule_table_is_fresh():
     readme = (ruledocs.ROOT / "README.md").read_text()
     assert ruledocs.TABLE_START in readme
     assert readme == ruledocs.readme_with_table(readme), "run: python -m flake8_torch_preflight.ruledocs"
+
+
+def test_readme_sample_output_matches_the_example():
+    from flake8_torch_preflight.engine import lint_source
+
+    readme = (ruledocs.ROOT / "README.md").read_text()
+    path = ruledocs.ROOT / "examples" / "bad_train.py"
+    produced = {f"examples/bad_train.py:{f.line}:{f.col + 1}: {f.message}"
+                for f in lint_source(path.read_text(), str(path))}
+    samples = [line for line in readme.splitlines() if line.startswith("examples/bad_train.py:")]
+    assert samples and all(line in produced for line in samples)
