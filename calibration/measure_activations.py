@@ -14,6 +14,10 @@ reentrant ``torch.utils.checkpoint`` (it saves each block's inputs through the s
 one-block recompute during backward is not part of this number and is reported separately by
 the estimator.
 
+SDPA is measured without attention-probability dropout: on CUDA the flash / memory-efficient
+kernels apply dropout without storing the probabilities, while the CPU math fallback would store
+them; eager attention keeps the model's dropout (its mask is stored on any device).
+
 Configs: fp32 and bf16 autocast (plus pure bf16 weights), eager and SDPA attention, with and
 without checkpointing, for a Llama-style decoder, GPT-2, BERT, BART (encoder-decoder with
 cross-attention), ViT, and ResNet-50 / ConvNeXt-T (CNN; eager only, no checkpointing).
@@ -37,21 +41,27 @@ import transformers as tf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from calibration.common import FAMILY, est_config, estimate_of, reestimate  # noqa: E402,F401
 from vram_estimator import estimate as E  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 
 
 def saved_bytes(model, make_input, precision, checkpointing):
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    # parameters and buffers (position-id tables, rotary caches) belong to the model, not to
+    # the activations; a saved view of a buffer would otherwise count the whole table
+    params = {p.untyped_storage().data_ptr() for p in list(model.parameters()) + list(model.buffers())}
     seen = {}
     casts = set()
 
     class Casts(torch.utils._python_dispatch.TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor) and \
-                    args[0].untyped_storage().data_ptr() in params:
+            if (
+                func is torch.ops.aten._to_copy.default
+                and isinstance(args[0], torch.Tensor)
+                and args[0].untyped_storage().data_ptr() in params
+            ):
                 casts.add(out.untyped_storage().data_ptr())
             return out
 
@@ -78,9 +88,16 @@ def saved_bytes(model, make_input, precision, checkpointing):
 
 
 def llama(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
-    kw = dict(vocab_size=256, hidden_size=h, intermediate_size=ff, num_hidden_layers=layers,
-              num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=4096,
-              attn_implementation=attention)
+    kw = dict(
+        vocab_size=256,
+        hidden_size=h,
+        intermediate_size=ff,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=4096,
+        attn_implementation=attention,
+    )
     if hd:
         kw["head_dim"] = hd
     cfg = tf.LlamaConfig(**kw)
@@ -93,42 +110,90 @@ def llama(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
 
 
 def gpt2(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
-    cfg = tf.GPT2Config(n_embd=h, n_layer=layers, n_head=heads, n_inner=ff, vocab_size=256, n_positions=4096,
-                        attn_implementation=attention)
+    cfg = tf.GPT2Config(
+        n_embd=h,
+        n_layer=layers,
+        n_head=heads,
+        n_inner=ff,
+        vocab_size=256,
+        n_positions=4096,
+        attn_implementation=attention,
+        attn_pdrop=0.1 if attention == "eager" else 0.0,
+    )
     model = tf.GPT2Model(cfg)
     ids = torch.randint(0, 256, (batch, seq))
-    return model, (lambda: {"input_ids": ids}), "gpt2", dict(hidden=h, layers=layers, heads=heads, ff=ff,
-                                                             vocab=256, positions=4096)
+    return (
+        model,
+        (lambda: {"input_ids": ids}),
+        "gpt2",
+        dict(hidden=h, layers=layers, heads=heads, ff=ff, vocab=256, positions=4096),
+    )
 
 
 def bert(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
-    cfg = tf.BertConfig(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ff,
-                        vocab_size=256, max_position_embeddings=4096, attn_implementation=attention)
+    cfg = tf.BertConfig(
+        hidden_size=h,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ff,
+        vocab_size=256,
+        max_position_embeddings=4096,
+        attn_implementation=attention,
+        attention_probs_dropout_prob=0.1 if attention == "eager" else 0.0,
+    )
     model = tf.BertModel(cfg, add_pooling_layer=False)
     ids = torch.randint(0, 256, (batch, seq))
-    return model, (lambda: {"input_ids": ids}), "bert", dict(hidden=h, layers=layers, heads=heads, ff=ff,
-                                                             vocab=256, positions=4096)
+    return (
+        model,
+        (lambda: {"input_ids": ids}),
+        "bert",
+        dict(hidden=h, layers=layers, heads=heads, ff=ff, vocab=256, positions=4096),
+    )
 
 
 def bart(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
-    cfg = tf.BartConfig(d_model=h, encoder_layers=layers, decoder_layers=layers, encoder_ffn_dim=ff,
-                        decoder_ffn_dim=ff, encoder_attention_heads=heads, decoder_attention_heads=heads,
-                        vocab_size=256, max_position_embeddings=4096, attn_implementation=attention)
+    cfg = tf.BartConfig(
+        d_model=h,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_ffn_dim=ff,
+        decoder_ffn_dim=ff,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        vocab_size=256,
+        max_position_embeddings=4096,
+        attn_implementation=attention,
+    )
     model = tf.BartModel(cfg)
     ids = torch.randint(3, 256, (batch, seq))
     dec = torch.randint(3, 256, (batch, max(1, min(seq, 128))))
-    return model, (lambda: {"input_ids": ids, "decoder_input_ids": dec}), "bart", dict(
-        hidden=h, layers=layers, dec_layers=layers, heads=heads, ff=ff, vocab=256, positions=4096)
+    return (
+        model,
+        (lambda: {"input_ids": ids, "decoder_input_ids": dec}),
+        "bart",
+        dict(hidden=h, layers=layers, dec_layers=layers, heads=heads, ff=ff, vocab=256, positions=4096),
+    )
 
 
 def vit(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
     image = {16: 64, 32: 96, 64: 128}.get(seq, 64)
-    cfg = tf.ViTConfig(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ff,
-                       patch_size=16, image_size=image, attn_implementation=attention)
+    cfg = tf.ViTConfig(
+        hidden_size=h,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ff,
+        patch_size=16,
+        image_size=image,
+        attn_implementation=attention,
+    )
     model = tf.ViTModel(cfg, add_pooling_layer=False)
     px = torch.randn(batch, 3, image, image)
-    return model, (lambda: {"pixel_values": px}), "vit", dict(hidden=h, layers=layers, heads=heads, ff=ff, patch=16,
-                                                              image=image, classes=1000)
+    return (
+        model,
+        (lambda: {"pixel_values": px}),
+        "vit",
+        dict(hidden=h, layers=layers, heads=heads, ff=ff, patch=16, image=image, classes=1000),
+    )
 
 
 BUILDERS = {"decoder_gated": llama, "decoder_gelu": gpt2, "encoder": bert, "encdec": bart, "vit": vit}
@@ -145,30 +210,44 @@ def grid(style):
     rng.shuffle(full)
     fit = []
     for h, ratio, heads, layers, seq, batch in full[:24]:
-        fit.append(dict(h=h, heads=heads, ff=int(h * ratio), kv=heads if style != "decoder_gated" else max(1, heads // 2),
-                        layers=layers, seq=seq, batch=batch))
+        fit.append(
+            dict(
+                h=h,
+                heads=heads,
+                ff=int(h * ratio),
+                kv=heads if style != "decoder_gated" else max(1, heads // 2),
+                layers=layers,
+                seq=seq,
+                batch=batch,
+            )
+        )
     check = []
     for h, heads, layers, seq, batch in ((192, 6, 3, 48, 3), (256, 8, 2, 96, 2), (96, 3, 4, 40, 1)):
-        check.append(dict(h=h, heads=heads, ff=(int(h * 3.5) if style == "decoder_gated" else 4 * h),
-                          kv=heads if style != "decoder_gated" else heads // 3 or 1, layers=layers, seq=seq,
-                          batch=batch))
-    if style == "vit":  # seq selects the image side: 16 -> 64px (17 tokens), 32 -> 96px (37), 64 -> 128px (65)
+        check.append(
+            dict(
+                h=h,
+                heads=heads,
+                ff=(int(h * 3.5) if style == "decoder_gated" else 4 * h),
+                kv=heads if style != "decoder_gated" else heads // 3 or 1,
+                layers=layers,
+                seq=seq,
+                batch=batch,
+            )
+        )
+    if (
+        style == "vit"
+    ):  # seq selects the image side: 16 -> 64px (17 tokens), 32 -> 96px (37), 64 -> 128px (65)
         for c in fit + check:
             c["seq"] = {32: 16, 64: 32, 48: 32, 96: 64, 40: 16}[c["seq"]]
     return fit, check
 
 
-def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):
-    stored, _one, _note, _m = E.activation_bytes(family, cfg, None, batch, seq, image, precision, attention, ckpt,
-                                                 True, dec_seq=dec_seq)
-    return stored
-
-
 def run(style, attention, precision, ckpt, c):
     builder = BUILDERS[style]
     torch.manual_seed(0)
-    model, make_input, family, est_cfg = builder(c["h"], c["layers"], c["heads"], c["ff"], c["kv"], c["seq"],
-                                                 c["batch"], attention)
+    model, make_input, family, est_cfg = builder(
+        c["h"], c["layers"], c["heads"], c["ff"], c["kv"], c["seq"], c["batch"], attention
+    )
     if precision == "bf16":
         model = model.to(torch.bfloat16)
     measured = saved_bytes(model, make_input, precision, ckpt)
@@ -185,8 +264,14 @@ def features(style, c):
     else:
         tokens, s = c["batch"] * c["seq"], c["seq"]
     L = c["layers"]
-    return dict(h=L * tokens * c["h"], ff=L * tokens * c["ff"], s=L * tokens * c["heads"] * s,
-                ss=L * tokens * s, final=tokens * c["h"])
+    return dict(
+        h=L * tokens * c["h"],
+        ff=L * tokens * c["ff"],
+        s=L * tokens * c["heads"] * s,
+        ss=L * tokens * s,
+        final=tokens * c["h"],
+        tok=tokens,
+    )
 
 
 def _lstsq(rows, names, style, target):
@@ -197,6 +282,11 @@ def _lstsq(rows, names, style, target):
     w = 1.0 / np.array([r["measured"] for r in rows], float)  # relative error: every config weighs the same
     sol, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
     out = {n: round(float(v), 4) for n, v in zip(names, sol)}
+    negative = [n for n in names if out[n] < 0 and n in ("ss", "tok", "final")]
+    if negative:  # a negative storage term is noise: drop it and refit the rest
+        kept = [n for n in names if n not in negative]
+        out = dict(_lstsq(rows, kept, style, target), **{n: 0.0 for n in negative})
+        return {n: out[n] for n in names}
     if any(v < 0 for v in out.values()):
         print(f"note: negative coefficient in {style} {names}: {out}", file=sys.stderr)
     return out
@@ -214,29 +304,60 @@ def fit_style(style, rows):
         sdpa = [r for r in sel if r["attention"] == "sdpa" and not r["checkpointing"]]
         eager = [r for r in sel if r["attention"] == "eager" and not r["checkpointing"]]
         ckpt = [r for r in sel if r["checkpointing"] and r["attention"] == "sdpa"]
-        base = _lstsq(sdpa, ["h", "ff", "final"], style, lambda r: r["measured"])
-        out.update(h=base["h"], ff=base["ff"], sq=0.0, q=0.0, eq=0.0, final=base["final"])
+        base = _lstsq(sdpa, ["h", "ff", "final", "tok"], style, lambda r: r["measured"])
+        out.update(h=base["h"], ff=base["ff"], sq=0.0, q=0.0, eq=0.0, final=base["final"], tok=base["tok"])
 
         def rest(r):
             f = features(style, r["config"])
-            return r["measured"] - (base["h"] * f["h"] + base["ff"] * f["ff"] + base["final"] * f["final"])
+            return r["measured"] - sum(base[n] * f[n] for n in ("h", "ff", "final", "tok"))
 
         if eager:
             e = _lstsq(eager, ["s", "h"], style, rest)
             out.update(s=e["s"], eq=e["h"])  # eq multiplies q_dim (= hidden in these classes)
         if ckpt:
-            k = _lstsq(ckpt, ["h", "ss", "final"], style, lambda r: r["measured"])
-            out.update(ckpt=k["h"], ckpt_ss=k["ss"], ckpt_final=k["final"])
+            k = _lstsq(ckpt, ["h", "ss", "final", "tok"], style, lambda r: r["measured"])
+            out.update(ckpt=k["h"], ckpt_ss=k["ss"], ckpt_final=k["final"], ckpt_tok=k["tok"])
+            ckpt_eager = [r for r in sel if r["checkpointing"] and r["attention"] == "eager"]
+
+            def ck_rest(r):  # eager attention also stores a materialised mask with each block input
+                f = features(style, r["config"])
+                return r["measured"] - (
+                    k["h"] * f["h"] + k["ss"] * f["ss"] + k["final"] * f["final"] + k["tok"] * f["tok"]
+                )
+
+            if ckpt_eager:
+                out["eager_ckpt_ss"] = _lstsq(ckpt_eager, ["ss"], style, ck_rest)["ss"]
         out["source"] = "fitted to calibration/activations.json"
         coeffs[pc] = out
     return coeffs
+
+
+def refit():
+    """Refit every fitted family from the committed measurements (no new measurement)."""
+    path = os.path.join(ROOT, "calibration", "activations.json")
+    with open(path) as handle:
+        doc = json.load(handle)
+    cpath = os.path.join(ROOT, "vram_estimator", "data", "coefficients.json")
+    with open(cpath) as handle:
+        co = json.load(handle)
+    for style in ("decoder_gated", "decoder_gelu", "encoder", "vit"):
+        co["transformer"][style] = fit_style(style, [r for r in doc["rows"] if r["style"] == style])
+    with open(cpath, "w") as handle:
+        json.dump(co, handle, indent=1)
+    reestimate(doc["rows"])
+    with open(path, "w") as handle:
+        json.dump(doc, handle, indent=0)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", action="store_true")
     ap.add_argument("--styles", default="decoder_gated,decoder_gelu,encoder,vit,encdec")
+    ap.add_argument("--refit-only", action="store_true", help="refit from calibration/activations.json")
     args = ap.parse_args()
+    if args.refit_only:
+        refit()
+        return
     rows = []
     t0 = time.time()
     styles = args.styles.split(",")
@@ -251,29 +372,37 @@ def main():
                             try:
                                 measured, estimate = run(style, attention, precision, ckpt, c)
                             except Exception as exc:  # a combination this transformers build does not support
-                                print(f"skip {style} {attention} {precision} ckpt={ckpt}: {exc}", file=sys.stderr)
+                                print(
+                                    f"skip {style} {attention} {precision} ckpt={ckpt}: {exc}",
+                                    file=sys.stderr,
+                                )
                                 continue
-                            rows.append(dict(style=style, split=split, config=c, precision=precision,
-                                             attention=attention, checkpointing=ckpt, measured=measured,
-                                             estimate=estimate))
+                            rows.append(
+                                dict(
+                                    style=style,
+                                    split=split,
+                                    config=c,
+                                    precision=precision,
+                                    attention=attention,
+                                    checkpointing=ckpt,
+                                    measured=measured,
+                                    estimate=estimate,
+                                )
+                            )
         if args.fit and style != "encdec":
             co = json.load(open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json")))
             co["transformer"][style] = fit_style(style, [r for r in rows if r["style"] == style])
             with open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json"), "w") as handle:
                 json.dump(co, handle, indent=1)
             E.coefficients.cache_clear()
-        print(f"{style}: {len([r for r in rows if r['style'] == style])} configs, {time.time() - t0:.0f}s",
-              file=sys.stderr)
-    # re-estimate everything with the (possibly refitted) coefficients
-    E.coefficients.cache_clear()
-    for r in rows:
-        c = r["config"]
-        builder = BUILDERS[r["style"]]
-        model, _make, fam, est_cfg = builder(c["h"], c["layers"], c["heads"], c["ff"], c["kv"], c["seq"], c["batch"],
-                                             r["attention"])
-        r["estimate"] = estimate_of(fam, est_cfg, c["batch"], c["seq"], est_cfg.get("image", 224), r["precision"],
-                                    r["attention"], r["checkpointing"])
-        r["error_pct"] = round((r["estimate"] - r["measured"]) / r["measured"] * 100, 2)
+        print(
+            f"{style}: {len([r for r in rows if r['style'] == style])} configs, {time.time() - t0:.0f}s",
+            file=sys.stderr,
+        )
+    if os.path.exists(path):  # keep the other families' rows from an earlier run
+        with open(path) as handle:
+            rows = [r for r in json.load(handle)["rows"] if r["style"] not in styles] + rows
+    reestimate(rows)
     with open(path, "w") as handle:
         json.dump(dict(torch=torch.__version__, transformers=tf.__version__, rows=rows), handle, indent=0)
     worst = max(abs(r["error_pct"]) for r in rows)

@@ -30,9 +30,13 @@ def build(key):
     c = db.model_entry(key)["config"]
     if key.startswith("resnet"):
         bottleneck = c["block"] == "bottleneck"
-        cfg = tf.ResNetConfig(depths=c["stages"], layer_type="bottleneck" if bottleneck else "basic",
-                              hidden_sizes=[256, 512, 1024, 2048] if bottleneck else [64, 128, 256, 512],
-                              num_labels=1000, downsample_in_bottleneck=False)
+        cfg = tf.ResNetConfig(
+            depths=c["stages"],
+            layer_type="bottleneck" if bottleneck else "basic",
+            hidden_sizes=[256, 512, 1024, 2048] if bottleneck else [64, 128, 256, 512],
+            num_labels=1000,
+            downsample_in_bottleneck=False,
+        )
         return tf.ResNetForImageClassification(cfg)
     cfg = tf.ConvNextConfig(hidden_sizes=c["dims"], depths=c["depths"], num_labels=1000)
     return tf.ConvNextForImageClassification(cfg)
@@ -54,19 +58,39 @@ def main():
             entry = co["cnn"].setdefault(key, {})
             entry[E.precision_class(precision)] = per_image
             entry["source"] = "measured (calibration/measure_cnn.py, per image at 224)"
-            rows.append(dict(model=key, precision=precision, image=224, batch=1, split="fit", measured=per_image))
+            rows.append(
+                dict(model=key, precision=precision, image=224, batch=1, split="fit", measured=per_image)
+            )
             for image, batch in ((160, 2), (288, 2)):
                 px2 = torch.randn(batch, 3, image, image, dtype=dtype)
                 measured = saved_bytes(model, lambda: {"pixel_values": px2}, precision, False)
-                rows.append(dict(model=key, precision=precision, image=image, batch=batch, split="check",
-                                 measured=measured))
+                rows.append(
+                    dict(
+                        model=key,
+                        precision=precision,
+                        image=image,
+                        batch=batch,
+                        split="check",
+                        measured=measured,
+                    )
+                )
     with open(path, "w") as handle:
         json.dump(co, handle, indent=1)
     E.coefficients.cache_clear()
     for r in rows:
         entry = db.model_entry(r["model"])
-        stored, _one, _n, _m = E.activation_bytes(entry["family"], entry["config"], r["model"], r["batch"], 0,
-                                                  r["image"], r["precision"], "eager", False, True)
+        stored, _one, _n, _m = E.activation_bytes(
+            entry["family"],
+            entry["config"],
+            r["model"],
+            r["batch"],
+            0,
+            r["image"],
+            r["precision"],
+            "eager",
+            False,
+            True,
+        )
         r["estimate"] = stored
         r["error_pct"] = round((stored - r["measured"]) / r["measured"] * 100, 2)
     with open(os.path.join(ROOT, "calibration", "cnn.json"), "w") as handle:

@@ -12,14 +12,34 @@ def test_script_report(capsys):
     rc = main([os.path.join(HERE, "oom_full_finetune.py"), "--gpu", "h100-sxm"])
     out = capsys.readouterr().out
     assert rc == 2
-    for needle in ("verdict: OOM", "usable", "interval", "remedies (each alone)", "smallest combination",
-                   "read from:", "comment line 3", "█"):
+    for needle in (
+        "verdict: OOM",
+        "usable",
+        "interval",
+        "remedies (each alone)",
+        "smallest combination",
+        "read from:",
+        "comment line 3",
+        "█",
+    ):
         assert needle in out
 
 
 def test_model_only_generate(capsys):
-    rc = main(["--model", "llama-3-8b", "--gpu", "a100-80gb", "--mode", "generate", "--batch", "16",
-               "--context", "8192"])
+    rc = main(
+        [
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "a100-80gb",
+            "--mode",
+            "generate",
+            "--batch",
+            "16",
+            "--context",
+            "8192",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "KV cache" in out and "FITS" in out
 
@@ -34,8 +54,19 @@ def test_json(capsys):
 
 
 def test_flags_override_comments(capsys):
-    main([os.path.join(HERE, "oom_full_finetune.py"), "--batch", "1", "--lora", "16", "--checkpointing", "on",
-          "--format", "json"])
+    main(
+        [
+            os.path.join(HERE, "oom_full_finetune.py"),
+            "--batch",
+            "1",
+            "--lora",
+            "16",
+            "--checkpointing",
+            "on",
+            "--format",
+            "json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["batch"] == {"value": 1, "source": "--batch"}
     assert doc["verdict"] == "fits"

@@ -10,17 +10,35 @@ def test_full_comment_parses_every_key():
     values, errors = parse_comment(
         "# vram: gpu=a100-80gb model=meta-llama/Llama-2-7b-hf batch=4 seq=2k precision=bf16-mixed "
         "optimizer=adamw world=8 sharding=zero3 offload=optimizer checkpointing=on attention=flash_attention_2 "
-        "lora=16 mode=train image=224 context=8192   # a remark with = signs", 3)
+        "lora=16 mode=train image=224 context=8192   # a remark with = signs",
+        3,
+    )
     assert errors == []
     v = {k: x.value for k, x in values.items()}
-    assert v == dict(gpu="a100-80gb", model="llama-2-7b", batch=4, seq=2048, precision="bf16-mixed",
-                     optimizer="adamw", world=8, sharding="zero3", offload="optimizer", checkpointing="on",
-                     attention="flash", lora=16, mode="train", image=224, context=8192)
+    assert v == dict(
+        gpu="a100-80gb",
+        model="llama-2-7b",
+        batch=4,
+        seq=2048,
+        precision="bf16-mixed",
+        optimizer="adamw",
+        world=8,
+        sharding="zero3",
+        offload="optimizer",
+        checkpointing="on",
+        attention="flash",
+        lora=16,
+        mode="train",
+        image=224,
+        context=8192,
+    )
     assert values["batch"].source == "comment line 3"
 
 
 def test_aliases_and_params():
-    values, errors = parse_comment("# vram: params=7B precision=4bit optimizer=paged_adamw_8bit zero=2 ckpt=true", 1)
+    values, errors = parse_comment(
+        "# vram: params=7B precision=4bit optimizer=paged_adamw_8bit zero=2 ckpt=true", 1
+    )
     assert errors == []
     assert values["params"].value == 7_000_000_000
     assert values["precision"].value == "nf4"
@@ -35,7 +53,9 @@ def test_model_params_form():
 
 
 def test_errors_name_offending_text_and_accepted_values():
-    _, errors = parse_comment("# vram: batch=four precison=bf16 checkpointing gpu=a100-90gb model=gpt5 mode=fly", 2)
+    _, errors = parse_comment(
+        "# vram: batch=four precison=bf16 checkpointing gpu=a100-90gb model=gpt5 mode=fly", 2
+    )
     messages = " | ".join(e.message for e in errors)
     assert "batch=four" in messages and "positive integer" in messages
     assert "unknown key 'precison'" in messages and "accepted keys" in messages
@@ -76,9 +96,30 @@ def test_malformed_comments_never_raise(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["gpu", "model", "batch", "seq", "precision", "lora", "zero", "bogus",
-                                           "world", "mode", "context", "params"]),
-                          st.text(alphabet="abcxyz0123456789-_.=/kKmMbB", max_size=12)), max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "gpu",
+                    "model",
+                    "batch",
+                    "seq",
+                    "precision",
+                    "lora",
+                    "zero",
+                    "bogus",
+                    "world",
+                    "mode",
+                    "context",
+                    "params",
+                ]
+            ),
+            st.text(alphabet="abcxyz0123456789-_.=/kKmMbB", max_size=12),
+        ),
+        max_size=6,
+    )
+)
 def test_key_value_soup_never_raises(pairs):
     text = "# vram: " + " ".join(f"{k}={v}" for k, v in pairs)
     values, errors = parse_comment(text, 7)

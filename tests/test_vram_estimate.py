@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from vram_estimator.api import estimate_config
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def est(**kw):
@@ -25,8 +25,16 @@ def test_full_finetune_terms_are_exact_bytes_per_param():
 
 
 def test_qlora_7b_fits_a_24gb_card():
-    e = est(model="llama-2-7b", gpu="rtx4090", batch=4, seq=512, precision="nf4", lora=16, checkpointing="on",
-            optimizer="paged-adamw-8bit")
+    e = est(
+        model="llama-2-7b",
+        gpu="rtx4090",
+        batch=4,
+        seq=512,
+        precision="nf4",
+        lora=16,
+        checkpointing="on",
+        optimizer="paged-adamw-8bit",
+    )
     assert e.verdict == "fits"
     assert e.upper < 12 * GIB
     assert e.term("weights").point < 4.2 * GIB  # 4-bit linears + bf16 embeddings and head
@@ -38,10 +46,26 @@ def test_full_finetune_8b_on_a100_is_oom():
 
 
 def test_sharding_divides_by_world():
-    base = est(model="llama-2-13b", gpu="a100-80gb", batch=1, seq=1024, precision="bf16", world=8,
-               sharding="ddp", checkpointing="on")
-    z3 = est(model="llama-2-13b", gpu="a100-80gb", batch=1, seq=1024, precision="bf16", world=8,
-             sharding="zero3", checkpointing="on")
+    base = est(
+        model="llama-2-13b",
+        gpu="a100-80gb",
+        batch=1,
+        seq=1024,
+        precision="bf16",
+        world=8,
+        sharding="ddp",
+        checkpointing="on",
+    )
+    z3 = est(
+        model="llama-2-13b",
+        gpu="a100-80gb",
+        batch=1,
+        seq=1024,
+        precision="bf16",
+        world=8,
+        sharding="zero3",
+        checkpointing="on",
+    )
     assert z3.term("weights").point == pytest.approx(base.term("weights").point / 8)
     n = 13_015_864_320
     assert base.term("optimizer state").point == 4 * n  # plain torch AdamW keeps bf16 states for bf16 params
@@ -51,14 +75,34 @@ def test_sharding_divides_by_world():
 
 
 def test_zero_stages_are_ordered():
-    peaks = [est(model="mistral-7b", gpu="h100", batch=1, seq=2048, precision="bf16", world=8, sharding=s,
-                 checkpointing="on").point for s in ("zero1", "zero2", "zero3")]
+    peaks = [
+        est(
+            model="mistral-7b",
+            gpu="h100",
+            batch=1,
+            seq=2048,
+            precision="bf16",
+            world=8,
+            sharding=s,
+            checkpointing="on",
+        ).point
+        for s in ("zero1", "zero2", "zero3")
+    ]
     assert peaks[0] > peaks[1] > peaks[2]
 
 
 def test_offload_removes_optimizer_state():
-    e = est(model="mistral-7b", gpu="h100", batch=1, seq=2048, precision="bf16", world=8, sharding="zero2",
-            offload="optimizer", checkpointing="on")
+    e = est(
+        model="mistral-7b",
+        gpu="h100",
+        batch=1,
+        seq=2048,
+        precision="bf16",
+        world=8,
+        sharding="zero2",
+        offload="optimizer",
+        checkpointing="on",
+    )
     assert e.term("optimizer state").point == 0
 
 
@@ -96,8 +140,15 @@ def test_checkpointing_and_sdpa_reduce_activations():
 def test_lora_trains_a_small_fraction():
     e = est(model="llama-2-7b", gpu="a100-80gb", batch=1, seq=512, precision="bf16", lora=16)
     assert e.params_trainable == 32 * 16 * (2 * (4096 + 4096))  # q_proj and v_proj (PEFT default)
-    allin = est(model="llama-2-7b", gpu="a100-80gb", batch=1, seq=512, precision="bf16", lora=16,
-                lora_targets=["all-linear"])
+    allin = est(
+        model="llama-2-7b",
+        gpu="a100-80gb",
+        batch=1,
+        seq=512,
+        precision="bf16",
+        lora=16,
+        lora_targets=["all-linear"],
+    )
     assert allin.params_trainable > e.params_trainable
 
 
@@ -108,8 +159,17 @@ def test_unknown_model_with_params_has_wide_interval():
 
 
 def test_cnn_and_vit_and_encdec_and_unet_and_clip():
-    for model in ("resnet50", "convnext-tiny", "vit-b-16", "t5-small", "whisper-small", "sd15-unet",
-                  "clip-vit-base-patch32", "bert-base-uncased", "efficientnet-b0"):
+    for model in (
+        "resnet50",
+        "convnext-tiny",
+        "vit-b-16",
+        "t5-small",
+        "whisper-small",
+        "sd15-unet",
+        "clip-vit-base-patch32",
+        "bert-base-uncased",
+        "efficientnet-b0",
+    ):
         e = est(model=model, gpu="a10g", batch=8)
         assert 0 < e.lower <= e.point <= e.upper
 
@@ -118,8 +178,14 @@ def test_tight_verdict_between_bounds():
     e = est(model="llama-2-7b", gpu="48GiB", mode="inference", batch=1, seq=512, precision="fp32")
     assert e.point > 0
     lo, hi = e.lower, e.upper
-    mid = est(model="llama-2-7b", gpu=f"{(lo + hi) / 2 / GIB + 0.5 + 0.02 * 48:.3f}GiB", mode="inference", batch=1,
-              seq=512, precision="fp32")
+    mid = est(
+        model="llama-2-7b",
+        gpu=f"{(lo + hi) / 2 / GIB + 0.5 + 0.02 * 48:.3f}GiB",
+        mode="inference",
+        batch=1,
+        seq=512,
+        precision="fp32",
+    )
     assert mid.verdict in ("tight", "fits")
 
 
@@ -127,11 +193,19 @@ MODELS = ["gpt2", "llama-3-8b", "bert-base-uncased", "t5-small", "mixtral-8x7b",
 
 
 @settings(max_examples=60, deadline=None)
-@given(model=st.sampled_from(MODELS), b=st.integers(1, 64), s=st.integers(16, 4096),
-       precision=st.sampled_from(["fp32", "bf16-mixed", "bf16", "nf4"]), ckpt=st.sampled_from(["on", "off"]),
-       attention=st.sampled_from(["eager", "sdpa"]), mode=st.sampled_from(["train", "inference", "generate"]))
+@given(
+    model=st.sampled_from(MODELS),
+    b=st.integers(1, 64),
+    s=st.integers(16, 4096),
+    precision=st.sampled_from(["fp32", "bf16-mixed", "bf16", "nf4"]),
+    ckpt=st.sampled_from(["on", "off"]),
+    attention=st.sampled_from(["eager", "sdpa"]),
+    mode=st.sampled_from(["train", "inference", "generate"]),
+)
 def test_monotonic_in_batch_and_seq_and_interval_ordered(model, b, s, precision, ckpt, attention, mode):
-    kw = dict(model=model, gpu="h100", precision=precision, checkpointing=ckpt, attention=attention, mode=mode)
+    kw = dict(
+        model=model, gpu="h100", precision=precision, checkpointing=ckpt, attention=attention, mode=mode
+    )
     e = est(batch=b, seq=s, **kw)
     assert e.lower <= e.point <= e.upper
     assert est(batch=b + 1, seq=s, **kw).point >= e.point

@@ -84,11 +84,15 @@ def test_tight_is_tpf101():
     assert codes(found) in (["TPF101"], [])
     # find a capacity inside the interval to force the straddle
     from vram_estimator.api import estimate_config
-    e = estimate_config(model="llama-2-7b", mode="inference", precision="fp16", batch=1, seq=4096,
-                        attention="eager").estimate
-    cap = (e.point + e.upper) / 2 / 0.98 / 1024 ** 3 + 0.5
-    found = run(f"# vram: gpu={cap:.2f}GiB model=llama-2-7b mode=inference precision=fp16 batch=1 seq=4096 "
-                "attention=eager\n")
+
+    e = estimate_config(
+        model="llama-2-7b", mode="inference", precision="fp16", batch=1, seq=4096, attention="eager"
+    ).estimate
+    cap = (e.point + e.upper) / 2 / 0.98 / 1024**3 + 0.5
+    found = run(
+        f"# vram: gpu={cap:.2f}GiB model=llama-2-7b mode=inference precision=fp16 batch=1 seq=4096 "
+        "attention=eager\n"
+    )
     assert codes(found) == ["TPF101"] and found[0][2].startswith("TPF101 [warning] ")
 
 
@@ -114,17 +118,33 @@ def test_unknown_model_from_script_is_tpf102():
     assert codes(found) == ["TPF102"] and "acme/x-1" in found[0][2] and found[0][0] == 3
 
 
-@pytest.mark.parametrize("src", ["# vram: \x00\n", "def f(:\n  # vram: gpu=t4 model=gpt2\n", "# vram: gpu==\n",
-                                 "# vram: model=params=0\n", "# vram: gpu=t4 batch=99999999999999999999 model=gpt2\n"])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "# vram: \x00\n",
+        "def f(:\n  # vram: gpu=t4 model=gpt2\n",
+        "# vram: gpu==\n",
+        "# vram: model=params=0\n",
+        "# vram: gpu=t4 batch=99999999999999999999 model=gpt2\n",
+    ],
+)
 def test_never_raises(src):
     found = run(src)
     assert all(m.split()[0] in ("TPF100", "TPF101", "TPF102") for _, _, m, _ in found)
 
 
 def test_plugin_is_light_to_import():
-    out = subprocess.run([sys.executable, "-c", "import sys, vram_estimator.flake8_plugin as p; "
-                          "print(any(m in sys.modules for m in ('torch', 'transformers', 'libcst')))"],
-                         capture_output=True, text=True, cwd=os.path.join(os.path.dirname(__file__), ".."))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, vram_estimator.flake8_plugin as p; "
+            "print(any(m in sys.modules for m in ('torch', 'transformers', 'libcst')))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.path.join(os.path.dirname(__file__), ".."),
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -140,21 +160,35 @@ def test_through_flake8_with_config_option(tmp_path):
         paths = {root}
         """)
     (tmp_path / "setup.cfg").write_text("[flake8]\nselect = TPF1\nvram-gpu = t4\n" + local)
-    (tmp_path / "train.py").write_text("# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n"
-                                       "# vram: model=gpt2 batch=1  # noqa: TPF100\n")
+    (tmp_path / "train.py").write_text(
+        "# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n"
+        "# vram: model=gpt2 batch=1  # noqa: TPF100\n"
+    )
     (tmp_path / "ok.py").write_text("# vram: model=gpt2 batch=1 seq=64\nloss.backward()\n")
-    proc = subprocess.run([sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py", "ok.py"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py", "ok.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.stderr == ""
     lines = proc.stdout.strip().splitlines()
     # the last comment wins (gpt2 batch=1) and fits; so nothing is reported for train.py either
     assert lines == []
     (tmp_path / "train.py").write_text("# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n")
-    proc = subprocess.run([sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py", "ok.py"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py", "ok.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train.py:1:1: TPF100 [error]")
     (tmp_path / "train.py").write_text("# vram: model=llama-3-8b batch=4 seq=2048  # noqa: TPF100\n")
-    proc = subprocess.run([sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flake8", "--config", "setup.cfg", "train.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.stdout.strip() == ""

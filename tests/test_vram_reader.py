@@ -81,45 +81,57 @@ def test_argparse_defaults():
 
 
 def test_comments_override_script():
-    src = ("# vram: batch=1 model=gpt2\nfrom torch.utils.data import DataLoader\n"
-           "loader = DataLoader(ds, batch_size=64)\nloss.backward()\n")
+    src = (
+        "# vram: batch=1 model=gpt2\nfrom torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds, batch_size=64)\nloss.backward()\n"
+    )
     r = estimate_source(src, "t.py")
     assert r.estimate.settings["batch"].value == 1
     assert r.estimate.settings["batch"].source == "comment line 1"
 
 
 def test_constants_and_arithmetic():
-    src = ("BASE = 512\nSEQ_LEN = BASE * 4\nBATCH_SIZE = 2 ** 3\n"
-           "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('gpt2')\n"
-           "loss.backward()\n")
+    src = (
+        "BASE = 512\nSEQ_LEN = BASE * 4\nBATCH_SIZE = 2 ** 3\n"
+        "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        "loss.backward()\n"
+    )
     v = {k: x.value for k, x in read_source(src, "c.py").values.items()}
     assert v["seq"] == 2048 and v["batch"] == 8 and v["model"] == "gpt2"
 
 
 def test_dataclass_field_defaults():
-    src = ("from dataclasses import dataclass, field\n@dataclass\nclass Args:\n"
-           "    model_name_or_path: str = field(default='mistralai/Mistral-7B-v0.1')\n"
-           "    per_device_train_batch_size: int = 3\n"
-           "    max_seq_length: int = field(default=1024)\n")
+    src = (
+        "from dataclasses import dataclass, field\n@dataclass\nclass Args:\n"
+        "    model_name_or_path: str = field(default='mistralai/Mistral-7B-v0.1')\n"
+        "    per_device_train_batch_size: int = 3\n"
+        "    max_seq_length: int = field(default=1024)\n"
+    )
     v = {k: x.value for k, x in read_source(src, "d.py").values.items()}
     assert v["model"] == "mistral-7b" and v["batch"] == 3 and v["seq"] == 1024
 
 
 def test_real_torch_checkpoint_counts_but_other_checkpoint_names_do_not():
-    src = ("from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x)\n")
+    src = "from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x)\n"
     assert read_source(src, "a.py").values["checkpointing"].value == "on"
-    src = ("from lightning.pytorch.callbacks import ModelCheckpoint\ncb = ModelCheckpoint(dirpath='x')\n"
-           "save_checkpoint(model)\n")
+    src = (
+        "from lightning.pytorch.callbacks import ModelCheckpoint\ncb = ModelCheckpoint(dirpath='x')\n"
+        "save_checkpoint(model)\n"
+    )
     assert "checkpointing" not in read_source(src, "b.py").values
 
 
 def test_no_grad_script_is_inference():
-    src = ("import torch\nfrom transformers import AutoModel\nm = AutoModel.from_pretrained('bert-base-uncased')\n"
-           "with torch.no_grad():\n    m(x)\n")
+    src = (
+        "import torch\nfrom transformers import AutoModel\nm = AutoModel.from_pretrained('bert-base-uncased')\n"
+        "with torch.no_grad():\n    m(x)\n"
+    )
     assert read_source(src, "i.py").values["mode"].value == "inference"
 
 
-@pytest.mark.parametrize("src", ["def (:\n", "x = (", "\x00", "import torch\nx = 1 / 0\n", "a = 10 ** 10 ** 10\n"])
+@pytest.mark.parametrize(
+    "src", ["def (:\n", "x = (", "\x00", "import torch\nx = 1 / 0\n", "a = 10 ** 10 ** 10\n"]
+)
 def test_garbage_never_raises(src):
     facts = read_source(src, "g.py")
     assert isinstance(facts.values, dict)

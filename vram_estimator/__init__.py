@@ -15,9 +15,6 @@ Public entry points::
 
 __version__ = "0.1.0"
 
-try:  # the api pulls in the whole estimator; keep a broken data file from hiding db errors
-    from .api import estimate_config, estimate_source  # noqa: E402,F401
-except ImportError:  # pragma: no cover - during bootstrap only
-    pass
+from .api import estimate_config, estimate_source  # noqa: E402,F401
 
 __all__ = ["estimate_config", "estimate_source", "__version__"]

@@ -35,7 +35,7 @@ class Result:
 
     @property
     def point_gib(self) -> float:
-        return self.estimate.point / 1024 ** 3 if self.estimate else 0.0
+        return self.estimate.point / 1024**3 if self.estimate else 0.0
 
 
 def default_seq(model_key: Optional[str]) -> int:
@@ -61,8 +61,12 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
 
     model = s.get("model")
     model_key = model.value if model else None
-    if model_key and "params" in s and s["params"].source.startswith("comment") and not model.source.startswith(
-            "comment"):
+    if (
+        model_key
+        and "params" in s
+        and s["params"].source.startswith("comment")
+        and not model.source.startswith("comment")
+    ):
         del s["model"]  # a params= comment beats a model read from the script
         model_key = None
     default("mode", "train")
@@ -101,14 +105,18 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
     default("lora", 0)
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
-    if s["sharding"].value in ("zero1", "zero2", "zero3") and s["precision"].value in ("bf16-mixed", "fp16-mixed"):
+    if s["sharding"].value in ("zero1", "zero2", "zero3") and s["precision"].value in (
+        "bf16-mixed",
+        "fp16-mixed",
+    ):
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
 
 
-def merge(facts: Optional[ScriptFacts], comments: Comments, overrides: Optional[Dict[str, Value]] = None
-          ) -> Dict[str, Value]:
+def merge(
+    facts: Optional[ScriptFacts], comments: Comments, overrides: Optional[Dict[str, Value]] = None
+) -> Dict[str, Value]:
     values: Dict[str, Value] = {}
     if facts:
         values.update(facts.values)
@@ -148,9 +156,14 @@ def run(values: Dict[str, Value], default_gpu: Optional[str] = None, with_remedi
     return result
 
 
-def estimate_source(source: str, filename: str = "<script>", gpu: Optional[str] = None,
-                    overrides: Optional[Dict[str, Any]] = None, tree: Optional[ast.AST] = None,
-                    comment_tokens: Optional[List[Any]] = None) -> Result:
+def estimate_source(
+    source: str,
+    filename: str = "<script>",
+    gpu: Optional[str] = None,
+    overrides: Optional[Dict[str, Any]] = None,
+    tree: Optional[ast.AST] = None,
+    comment_tokens: Optional[List[Any]] = None,
+) -> Result:
     """Estimate a script given as text.  ``overrides`` are raw ``key: value`` pairs (CLI flags)."""
     comments = read_comments(comment_tokens if comment_tokens is not None else comments_from_source(source))
     if tree is None:

@@ -22,8 +22,11 @@ from .config_comments import KEYS
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vram-estimate", description="Will this PyTorch job fit on that GPU? "
-                                "A static estimate from the script and '# vram:' comments.")
+    p = argparse.ArgumentParser(
+        prog="vram-estimate",
+        description="Will this PyTorch job fit on that GPU? "
+        "A static estimate from the script and '# vram:' comments.",
+    )
     p.add_argument("script", nargs="?", help="a training/inference script, or 'gpus' / 'models'")
     p.add_argument("--format", choices=("text", "json"), default="text")
     for key in KEYS:
@@ -38,8 +41,10 @@ def _list_gpus(fmt: str) -> str:
     out = [f"{'gpu':<14} {'GiB':>7}  bf16  aliases"]
     for k in db.gpu_names():
         g = db.gpus()[k]
-        out.append(f"{k:<14} {g['memory_mib'] / 1024:>7.1f}  {'yes' if g['bf16'] else 'no ':<4}  "
-                   f"{', '.join(g['aliases'][:3])}")
+        out.append(
+            f"{k:<14} {g['memory_mib'] / 1024:>7.1f}  {'yes' if g['bf16'] else 'no ':<4}  "
+            f"{', '.join(g['aliases'][:3])}"
+        )
     out.append("")
     out.append(f"{'instance':<28} {'cloud':<7} gpus")
     for k in db.instance_names():
@@ -50,8 +55,13 @@ def _list_gpus(fmt: str) -> str:
 
 def _list_models(fmt: str) -> str:
     if fmt == "json":
-        return json.dumps({k: dict(family=e["family"], params=db.count_params(k), aliases=e["aliases"])
-                           for k, e in db.models().items()}, indent=1)
+        return json.dumps(
+            {
+                k: dict(family=e["family"], params=db.count_params(k), aliases=e["aliases"])
+                for k, e in db.models().items()
+            },
+            indent=1,
+        )
     out = [f"{'model':<24} {'family':<12} {'params':>17}  aliases"]
     for k in db.model_names():
         e = db.models()[k]

@@ -22,42 +22,155 @@ from . import db
 PREFIX = re.compile(r"^#+\s*vram\s*:", re.I)
 
 PRECISIONS = {
-    "fp32": "fp32", "float32": "fp32", "32": "fp32", "32-true": "fp32", "full": "fp32",
-    "fp16-mixed": "fp16-mixed", "16-mixed": "fp16-mixed", "amp": "fp16-mixed", "mixed": "fp16-mixed",
-    "fp16mixed": "fp16-mixed", "bf16-mixed": "bf16-mixed", "bf16mixed": "bf16-mixed", "amp-bf16": "bf16-mixed",
-    "bf16": "bf16", "bfloat16": "bf16", "bf16-true": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
-    "16-true": "fp16", "16": "fp16", "fp16-true": "fp16", "int8": "int8", "8bit": "int8", "llm.int8": "int8",
-    "nf4": "nf4", "4bit": "nf4", "int4": "nf4", "fp4": "nf4", "qlora": "nf4",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "32": "fp32",
+    "32-true": "fp32",
+    "full": "fp32",
+    "fp16-mixed": "fp16-mixed",
+    "16-mixed": "fp16-mixed",
+    "amp": "fp16-mixed",
+    "mixed": "fp16-mixed",
+    "fp16mixed": "fp16-mixed",
+    "bf16-mixed": "bf16-mixed",
+    "bf16mixed": "bf16-mixed",
+    "amp-bf16": "bf16-mixed",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "bf16-true": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "16-true": "fp16",
+    "16": "fp16",
+    "fp16-true": "fp16",
+    "int8": "int8",
+    "8bit": "int8",
+    "llm.int8": "int8",
+    "nf4": "nf4",
+    "4bit": "nf4",
+    "int4": "nf4",
+    "fp4": "nf4",
+    "qlora": "nf4",
 }
 OPTIMIZERS = {
-    "adamw": "adamw", "adam": "adam", "adamw-torch": "adamw", "adamw_torch": "adamw", "adamw-torch-fused": "adamw",
-    "adamw_torch_fused": "adamw", "fusedadam": "adam", "sgd": "sgd", "sgd-momentum": "sgd-momentum",
-    "momentum": "sgd-momentum", "nesterov": "sgd-momentum", "adafactor": "adafactor", "adamw-8bit": "adamw-8bit",
-    "adamw8bit": "adamw-8bit", "adam8bit": "adamw-8bit", "adam-8bit": "adamw-8bit", "adamw_bnb_8bit": "adamw-8bit",
-    "paged-adamw-8bit": "paged-adamw-8bit", "paged_adamw_8bit": "paged-adamw-8bit", "pagedadamw8bit": "paged-adamw-8bit",
-    "paged-adamw": "paged-adamw", "paged_adamw_32bit": "paged-adamw", "lion": "lion", "lion-8bit": "lion-8bit",
-    "none": "none", "off": "none",
+    "adamw": "adamw",
+    "adam": "adam",
+    "adamw-torch": "adamw",
+    "adamw_torch": "adamw",
+    "adamw-torch-fused": "adamw",
+    "adamw_torch_fused": "adamw",
+    "fusedadam": "adam",
+    "sgd": "sgd",
+    "sgd-momentum": "sgd-momentum",
+    "momentum": "sgd-momentum",
+    "nesterov": "sgd-momentum",
+    "adafactor": "adafactor",
+    "adamw-8bit": "adamw-8bit",
+    "adamw8bit": "adamw-8bit",
+    "adam8bit": "adamw-8bit",
+    "adam-8bit": "adamw-8bit",
+    "adamw_bnb_8bit": "adamw-8bit",
+    "paged-adamw-8bit": "paged-adamw-8bit",
+    "paged_adamw_8bit": "paged-adamw-8bit",
+    "pagedadamw8bit": "paged-adamw-8bit",
+    "paged-adamw": "paged-adamw",
+    "paged_adamw_32bit": "paged-adamw",
+    "lion": "lion",
+    "lion-8bit": "lion-8bit",
+    "none": "none",
+    "off": "none",
 }
 SHARDINGS = {
-    "ddp": "ddp", "none": "none", "off": "none", "single": "none", "zero1": "zero1", "zero-1": "zero1",
-    "stage1": "zero1", "zero2": "zero2", "zero-2": "zero2", "stage2": "zero2", "shard-grad-op": "zero2",
-    "zero3": "zero3", "zero-3": "zero3", "stage3": "zero3", "fsdp": "fsdp", "full-shard": "fsdp",
-    "full_shard": "fsdp", "fsdp2": "fsdp",
+    "ddp": "ddp",
+    "none": "none",
+    "off": "none",
+    "single": "none",
+    "zero1": "zero1",
+    "zero-1": "zero1",
+    "stage1": "zero1",
+    "zero2": "zero2",
+    "zero-2": "zero2",
+    "stage2": "zero2",
+    "shard-grad-op": "zero2",
+    "zero3": "zero3",
+    "zero-3": "zero3",
+    "stage3": "zero3",
+    "fsdp": "fsdp",
+    "full-shard": "fsdp",
+    "full_shard": "fsdp",
+    "fsdp2": "fsdp",
 }
-OFFLOADS = {"optimizer": "optimizer", "opt": "optimizer", "param": "param", "params": "param",
-            "both": "both", "all": "both", "optimizer+param": "both", "none": "none", "off": "none"}
-ATTENTIONS = {"eager": "eager", "math": "eager", "sdpa": "sdpa", "flash": "flash", "flash2": "flash",
-              "flash_attention_2": "flash", "flash-attention-2": "flash", "fa2": "flash", "flash-attn": "flash",
-              "flash_attention_3": "flash", "xformers": "sdpa", "mem-efficient": "sdpa"}
-MODES = {"train": "train", "training": "train", "finetune": "train", "inference": "inference", "infer": "inference",
-         "eval": "inference", "forward": "inference", "generate": "generate", "generation": "generate",
-         "serve": "generate", "decode": "generate"}
-ONOFF = {"on": "on", "true": "on", "yes": "on", "1": "on", "full": "on", "off": "off", "false": "off",
-         "no": "off", "0": "off", "none": "off"}
+OFFLOADS = {
+    "optimizer": "optimizer",
+    "opt": "optimizer",
+    "param": "param",
+    "params": "param",
+    "both": "both",
+    "all": "both",
+    "optimizer+param": "both",
+    "none": "none",
+    "off": "none",
+}
+ATTENTIONS = {
+    "eager": "eager",
+    "math": "eager",
+    "sdpa": "sdpa",
+    "flash": "flash",
+    "flash2": "flash",
+    "flash_attention_2": "flash",
+    "flash-attention-2": "flash",
+    "fa2": "flash",
+    "flash-attn": "flash",
+    "flash_attention_3": "flash",
+    "xformers": "sdpa",
+    "mem-efficient": "sdpa",
+}
+MODES = {
+    "train": "train",
+    "training": "train",
+    "finetune": "train",
+    "inference": "inference",
+    "infer": "inference",
+    "eval": "inference",
+    "forward": "inference",
+    "generate": "generate",
+    "generation": "generate",
+    "serve": "generate",
+    "decode": "generate",
+}
+ONOFF = {
+    "on": "on",
+    "true": "on",
+    "yes": "on",
+    "1": "on",
+    "full": "on",
+    "off": "off",
+    "false": "off",
+    "no": "off",
+    "0": "off",
+    "none": "off",
+}
 
 INT_KEYS = ("batch", "seq", "image", "context", "world")
-KEYS = ("gpu", "model", "params", "batch", "seq", "image", "context", "precision", "optimizer", "world",
-        "sharding", "offload", "checkpointing", "attention", "lora", "mode")
+KEYS = (
+    "gpu",
+    "model",
+    "params",
+    "batch",
+    "seq",
+    "image",
+    "context",
+    "precision",
+    "optimizer",
+    "world",
+    "sharding",
+    "offload",
+    "checkpointing",
+    "attention",
+    "lora",
+    "mode",
+)
 
 ACCEPTED = {
     "precision": "fp32, fp16-mixed, bf16-mixed, bf16, fp16, int8, nf4",
@@ -68,8 +181,10 @@ ACCEPTED = {
     "attention": "eager, sdpa, flash",
     "mode": "train, inference, generate",
     "lora": "a rank such as 16, or off",
-    "batch": "a positive integer (8, 2k)", "seq": "a positive integer (2048, 8k)",
-    "image": "a positive integer (224)", "context": "a positive integer (8192, 32k)",
+    "batch": "a positive integer (8, 2k)",
+    "seq": "a positive integer (2048, 8k)",
+    "image": "a positive integer (224)",
+    "context": "a positive integer (8192, 32k)",
     "world": "a positive integer (8)",
     "params": "a count such as 7B, 350M, 124439808",
 }
@@ -128,9 +243,11 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
         if target is None:
             near = db.suggestions(text, db.gpu_names() + db.instance_names())
             hint = f"did you mean {', '.join(near)}? " if near else ""
-            return None, (f"unknown GPU '{text}'; {hint}accepted: a GPU ({', '.join(db.gpu_names()[:8])}, ...), "
-                          "an instance type (p4de.24xlarge, ...), NxGPU (8xa100-80gb) or a capacity (48GiB); "
-                          "see `vram-estimate gpus`")
+            return None, (
+                f"unknown GPU '{text}'; {hint}accepted: a GPU ({', '.join(db.gpu_names()[:8])}, ...), "
+                "an instance type (p4de.24xlarge, ...), NxGPU (8xa100-80gb) or a capacity (48GiB); "
+                "see `vram-estimate gpus`"
+            )
         return text, None
     if key == "model":
         if low.startswith("params="):
@@ -139,8 +256,10 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
         if key_ is None:
             near = db.suggestions(text, db.model_names())
             hint = f"did you mean {', '.join(near)}? " if near else ""
-            return None, (f"unknown model '{text}'; {hint}accepted: a built-in architecture or Hugging Face id "
-                          "(see `vram-estimate models`), or params=7B for an unknown model")
+            return None, (
+                f"unknown model '{text}'; {hint}accepted: a built-in architecture or Hugging Face id "
+                "(see `vram-estimate models`), or params=7B for an unknown model"
+            )
         return key_, None
     if key == "params":
         value = db.parse_params(text)
@@ -154,8 +273,15 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
         if value is None:
             return None, f"'lora={raw}' is not {ACCEPTED['lora']}"
         return value, None
-    table = {"precision": PRECISIONS, "optimizer": OPTIMIZERS, "sharding": SHARDINGS, "offload": OFFLOADS,
-             "checkpointing": ONOFF, "attention": ATTENTIONS, "mode": MODES}[key]
+    table = {
+        "precision": PRECISIONS,
+        "optimizer": OPTIMIZERS,
+        "sharding": SHARDINGS,
+        "offload": OFFLOADS,
+        "checkpointing": ONOFF,
+        "attention": ATTENTIONS,
+        "mode": MODES,
+    }[key]
     for candidate in (low, low.replace("-", "_"), low.replace("_", "-"), text.lower()):
         if candidate in table:
             return table[candidate], None
@@ -169,29 +295,59 @@ def parse_comment(text: str, line: int, col: int = 0) -> Tuple[Dict[str, Value],
     m = PREFIX.match(text)
     if not m:
         return values, errors
-    body = text[m.end():]
+    body = text[m.end() :]
     if "#" in body:
         body = body.split("#", 1)[0]
     if not body.strip():
-        errors.append(CommentError(line, col, "empty '# vram:' comment; write key=value pairs such as "
-                                   "'# vram: gpu=a100-80gb model=llama-3-8b batch=4'"))
+        errors.append(
+            CommentError(
+                line,
+                col,
+                "empty '# vram:' comment; write key=value pairs such as "
+                "'# vram: gpu=a100-80gb model=llama-3-8b batch=4'",
+            )
+        )
         return values, errors
     for token in body.replace(",", " ").split():
         if "=" not in token:
-            errors.append(CommentError(line, col, f"'{token}' in '# vram:' comment is not key=value; "
-                                       f"accepted keys: {', '.join(KEYS)}"))
+            errors.append(
+                CommentError(
+                    line,
+                    col,
+                    f"'{token}' in '# vram:' comment is not key=value; " f"accepted keys: {', '.join(KEYS)}",
+                )
+            )
             continue
         key, raw = token.split("=", 1)
         key = key.strip().lower()
         if key == "zero" and raw.strip().isdigit():
             key, raw = "sharding", f"zero{raw.strip()}"
-        key = {"bs": "batch", "batch_size": "batch", "batch-size": "batch", "seq_len": "seq", "seqlen": "seq",
-               "max_length": "seq", "gpus": "world", "ranks": "world", "dtype": "precision", "optim": "optimizer",
-               "ckpt": "checkpointing", "gradient_checkpointing": "checkpointing", "attn": "attention",
-               "zero": "sharding", "target": "gpu", "device": "gpu"}.get(key, key)
+        key = {
+            "bs": "batch",
+            "batch_size": "batch",
+            "batch-size": "batch",
+            "seq_len": "seq",
+            "seqlen": "seq",
+            "max_length": "seq",
+            "gpus": "world",
+            "ranks": "world",
+            "dtype": "precision",
+            "optim": "optimizer",
+            "ckpt": "checkpointing",
+            "gradient_checkpointing": "checkpointing",
+            "attn": "attention",
+            "zero": "sharding",
+            "target": "gpu",
+            "device": "gpu",
+        }.get(key, key)
         if key not in KEYS:
-            errors.append(CommentError(line, col, f"unknown key '{key}' in '# vram:' comment; accepted keys: "
-                                       f"{', '.join(KEYS)}"))
+            errors.append(
+                CommentError(
+                    line,
+                    col,
+                    f"unknown key '{key}' in '# vram:' comment; accepted keys: " f"{', '.join(KEYS)}",
+                )
+            )
             continue
         value, error = normalise(key, raw)
         if error:
@@ -216,7 +372,9 @@ def read_comments(comments: Iterable[Tuple[int, int, str]]) -> Comments:
             out.values.update(values)
             out.errors.extend(errors)
         except Exception as exc:  # never raise from comment parsing
-            out.errors.append(CommentError(line, col, f"could not read '# vram:' comment ({exc.__class__.__name__})"))
+            out.errors.append(
+                CommentError(line, col, f"could not read '# vram:' comment ({exc.__class__.__name__})")
+            )
     return out
 
 

@@ -29,7 +29,7 @@ import re
 from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 # --------------------------------------------------------------------------- loading
@@ -119,11 +119,20 @@ def _llama(c: Dict[str, Any]) -> Dict[str, Any]:
     head = 0 if c.get("tied", False) else V * d
     total = L * block + embed + head + d
     active = total - L * (experts - k_active) * mlp_one
-    targets = [("q_proj", d, q_dim), ("k_proj", d, kv_dim), ("v_proj", d, kv_dim),
-               ("o_proj", q_dim, d)] + [("gate_proj", d, ff), ("up_proj", d, ff),
-                                         ("down_proj", ff, d)] * experts
-    return dict(total=total, embed=embed, head=head, linear=L * (attn + experts * mlp_one),
-                active=active, lora_targets=targets, default_lora=("q_proj", "v_proj"))
+    targets = [("q_proj", d, q_dim), ("k_proj", d, kv_dim), ("v_proj", d, kv_dim), ("o_proj", q_dim, d)] + [
+        ("gate_proj", d, ff),
+        ("up_proj", d, ff),
+        ("down_proj", ff, d),
+    ] * experts
+    return dict(
+        total=total,
+        embed=embed,
+        head=head,
+        linear=L * (attn + experts * mlp_one),
+        active=active,
+        lora_targets=targets,
+        default_lora=("q_proj", "v_proj"),
+    )
 
 
 def _gpt2(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -136,9 +145,15 @@ def _gpt2(c: Dict[str, Any]) -> Dict[str, Any]:
     block = attn + mlp + 4 * d
     embed = V * d + P * d
     total = L * block + embed + 2 * d
-    return dict(total=total, embed=embed, head=0, linear=L * (4 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("c_attn", d, 3 * d), ("c_proj", d, d), ("c_fc", d, ff), ("mlp.c_proj", ff, d)],
-                default_lora=("c_attn",))
+    return dict(
+        total=total,
+        embed=embed,
+        head=0,
+        linear=L * (4 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[("c_attn", d, 3 * d), ("c_proj", d, d), ("c_fc", d, ff), ("mlp.c_proj", ff, d)],
+        default_lora=("c_attn",),
+    )
 
 
 def _neox(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -149,10 +164,20 @@ def _neox(c: Dict[str, Any]) -> Dict[str, Any]:
     embed = V * d
     head = V * d
     total = L * block + embed + head + 2 * d
-    return dict(total=total, embed=embed, head=head, linear=L * (4 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("query_key_value", d, 3 * d), ("dense", d, d),
-                              ("dense_h_to_4h", d, ff), ("dense_4h_to_h", ff, d)],
-                default_lora=("query_key_value",))
+    return dict(
+        total=total,
+        embed=embed,
+        head=head,
+        linear=L * (4 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("query_key_value", d, 3 * d),
+            ("dense", d, d),
+            ("dense_h_to_4h", d, ff),
+            ("dense_4h_to_h", ff, d),
+        ],
+        default_lora=("query_key_value",),
+    )
 
 
 def _opt(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -163,9 +188,22 @@ def _opt(c: Dict[str, Any]) -> Dict[str, Any]:
     block = 4 * (d * d + d) + d * ff + ff + ff * d + d + 4 * d
     embed = V * d + P * d
     total = L * block + embed + 2 * d
-    return dict(total=total, embed=embed, head=0, linear=L * (4 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("q_proj", d, d), ("k_proj", d, d), ("v_proj", d, d), ("out_proj", d, d),
-                              ("fc1", d, ff), ("fc2", ff, d)], default_lora=("q_proj", "v_proj"))
+    return dict(
+        total=total,
+        embed=embed,
+        head=0,
+        linear=L * (4 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("q_proj", d, d),
+            ("k_proj", d, d),
+            ("v_proj", d, d),
+            ("out_proj", d, d),
+            ("fc1", d, ff),
+            ("fc2", ff, d),
+        ],
+        default_lora=("q_proj", "v_proj"),
+    )
 
 
 def _phi(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -176,9 +214,22 @@ def _phi(c: Dict[str, Any]) -> Dict[str, Any]:
     embed = V * d
     head = V * d + V
     total = L * block + embed + head + 2 * d
-    return dict(total=total, embed=embed, head=head, linear=L * (4 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("q_proj", d, d), ("k_proj", d, d), ("v_proj", d, d), ("dense", d, d),
-                              ("fc1", d, ff), ("fc2", ff, d)], default_lora=("q_proj", "v_proj"))
+    return dict(
+        total=total,
+        embed=embed,
+        head=head,
+        linear=L * (4 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("q_proj", d, d),
+            ("k_proj", d, d),
+            ("v_proj", d, d),
+            ("dense", d, d),
+            ("fc1", d, ff),
+            ("fc2", ff, d),
+        ],
+        default_lora=("q_proj", "v_proj"),
+    )
 
 
 def _falcon(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -193,10 +244,20 @@ def _falcon(c: Dict[str, Any]) -> Dict[str, Any]:
     block = 2 * d + qkv + d * d + 2 * d * ff
     embed = V * d
     total = L * block + embed + 2 * d
-    return dict(total=total, embed=embed, head=0, linear=L * (qkv + d * d + 2 * d * ff), active=total,
-                lora_targets=[("query_key_value", d, d + 2 * kv * hd), ("dense", d, d),
-                              ("dense_h_to_4h", d, ff), ("dense_4h_to_h", ff, d)],
-                default_lora=("query_key_value",))
+    return dict(
+        total=total,
+        embed=embed,
+        head=0,
+        linear=L * (qkv + d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("query_key_value", d, d + 2 * kv * hd),
+            ("dense", d, d),
+            ("dense_h_to_4h", d, ff),
+            ("dense_4h_to_h", ff, d),
+        ],
+        default_lora=("query_key_value",),
+    )
 
 
 def _bert_layer(d: int, ff: int) -> int:
@@ -211,10 +272,22 @@ def _bert(c: Dict[str, Any]) -> Dict[str, Any]:
     embed = V * d + P * d + T * d
     pooler = d * d + d if c.get("pooler", True) else 0
     total = embed + 2 * d + L * _bert_layer(d, ff) + pooler
-    return dict(total=total, embed=embed, head=0, linear=L * (4 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("query", d, d), ("key", d, d), ("value", d, d), ("attention.output.dense", d, d),
-                              ("intermediate.dense", d, ff), ("output.dense", ff, d)],
-                default_lora=("query", "value"))
+    return dict(
+        total=total,
+        embed=embed,
+        head=0,
+        linear=L * (4 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("query", d, d),
+            ("key", d, d),
+            ("value", d, d),
+            ("attention.output.dense", d, d),
+            ("intermediate.dense", d, ff),
+            ("output.dense", ff, d),
+        ],
+        default_lora=("query", "value"),
+    )
 
 
 def _distilbert(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -237,9 +310,22 @@ def _t5(c: Dict[str, Any]) -> Dict[str, Any]:
     embed = V * d
     head = 0 if c.get("tied", True) else V * d
     total = embed + head + Le * enc_block + rel + d + Ld * dec_block + rel + d
-    return dict(total=total, embed=embed, head=head, linear=Le * (4 * d * inner + mlp) + Ld * (8 * d * inner + mlp),
-                active=total, lora_targets=[("q", d, inner), ("k", d, inner), ("v", d, inner), ("o", inner, d),
-                                            ("wi", d, ff), ("wo", ff, d)], default_lora=("q", "v"))
+    return dict(
+        total=total,
+        embed=embed,
+        head=head,
+        linear=Le * (4 * d * inner + mlp) + Ld * (8 * d * inner + mlp),
+        active=total,
+        lora_targets=[
+            ("q", d, inner),
+            ("k", d, inner),
+            ("v", d, inner),
+            ("o", inner, d),
+            ("wi", d, ff),
+            ("wo", ff, d),
+        ],
+        default_lora=("q", "v"),
+    )
 
 
 def _bart(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -255,10 +341,22 @@ def _bart(c: Dict[str, Any]) -> Dict[str, Any]:
     dec = P * d + 2 * d + Ld * (2 * attn + mlp + 6 * d)
     embed = V * d
     total = embed + enc + dec
-    return dict(total=total, embed=embed + 2 * P * d, head=0,
-                linear=Le * (4 * d * d + 2 * d * ff) + Ld * (8 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("q_proj", d, d), ("k_proj", d, d), ("v_proj", d, d), ("out_proj", d, d),
-                              ("fc1", d, ff), ("fc2", ff, d)], default_lora=("q_proj", "v_proj"))
+    return dict(
+        total=total,
+        embed=embed + 2 * P * d,
+        head=0,
+        linear=Le * (4 * d * d + 2 * d * ff) + Ld * (8 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("q_proj", d, d),
+            ("k_proj", d, d),
+            ("v_proj", d, d),
+            ("out_proj", d, d),
+            ("fc1", d, ff),
+            ("fc2", ff, d),
+        ],
+        default_lora=("q_proj", "v_proj"),
+    )
 
 
 def _whisper(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -274,14 +372,27 @@ def _whisper(c: Dict[str, Any]) -> Dict[str, Any]:
     enc += Le * (attn + mlp + 4 * d) + 2 * d
     dec = V * d + c.get("target_positions", 448) * d + Ld * (2 * attn + mlp + 6 * d) + 2 * d
     total = enc + dec
-    return dict(total=total, embed=V * d, head=0, linear=Le * (4 * d * d + 2 * d * ff) + Ld * (8 * d * d + 2 * d * ff),
-                active=total, lora_targets=[("q_proj", d, d), ("k_proj", d, d), ("v_proj", d, d),
-                                            ("out_proj", d, d), ("fc1", d, ff), ("fc2", ff, d)],
-                default_lora=("q_proj", "v_proj"))
+    return dict(
+        total=total,
+        embed=V * d,
+        head=0,
+        linear=Le * (4 * d * d + 2 * d * ff) + Ld * (8 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("q_proj", d, d),
+            ("k_proj", d, d),
+            ("v_proj", d, d),
+            ("out_proj", d, d),
+            ("fc1", d, ff),
+            ("fc2", ff, d),
+        ],
+        default_lora=("q_proj", "v_proj"),
+    )
 
 
-def _vit_tower(d: int, L: int, ff: int, patch: int, image: int, channels: int = 3,
-               patch_bias: bool = True) -> int:
+def _vit_tower(
+    d: int, L: int, ff: int, patch: int, image: int, channels: int = 3, patch_bias: bool = True
+) -> int:
     n = (image // patch) ** 2 + 1
     return channels * patch * patch * d + (d if patch_bias else 0) + d + n * d + L * _bert_layer(d, ff)
 
@@ -294,9 +405,22 @@ def _vit(c: Dict[str, Any]) -> Dict[str, Any]:
     body = _vit_tower(d, L, ff, c["patch"], c.get("image", 224))
     head = d * classes + classes
     total = body + 2 * d + head
-    return dict(total=total, embed=0, head=head, linear=L * (4 * d * d + 2 * d * ff), active=total,
-                lora_targets=[("query", d, d), ("key", d, d), ("value", d, d), ("out", d, d),
-                              ("fc1", d, ff), ("fc2", ff, d)], default_lora=("query", "value"))
+    return dict(
+        total=total,
+        embed=0,
+        head=head,
+        linear=L * (4 * d * d + 2 * d * ff),
+        active=total,
+        lora_targets=[
+            ("query", d, d),
+            ("key", d, d),
+            ("value", d, d),
+            ("out", d, d),
+            ("fc1", d, ff),
+            ("fc2", ff, d),
+        ],
+        default_lora=("query", "value"),
+    )
 
 
 def _clip(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -305,15 +429,25 @@ def _clip(c: Dict[str, Any]) -> Dict[str, Any]:
     bias-free projections and ``logit_scale``."""
     t, v = c["text"], c["vision"]
     proj = c["projection_dim"]
-    text = t["vocab"] * t["hidden"] + t["positions"] * t["hidden"] + t["layers"] * _bert_layer(t["hidden"], t["ff"])
+    text = (
+        t["vocab"] * t["hidden"]
+        + t["positions"] * t["hidden"]
+        + t["layers"] * _bert_layer(t["hidden"], t["ff"])
+    )
     text += 2 * t["hidden"]
     vision = _vit_tower(v["hidden"], v["layers"], v["ff"], v["patch"], v["image"], patch_bias=False)
     vision += 4 * v["hidden"]
     total = text + vision + v["hidden"] * proj + t["hidden"] * proj + 1
     linear = t["layers"] * 6 * t["hidden"] ** 2 + v["layers"] * 12 * v["hidden"] ** 2
-    return dict(total=total, embed=t["vocab"] * t["hidden"], head=0, linear=linear, active=total,
-                lora_targets=[("q_proj", v["hidden"], v["hidden"]), ("v_proj", v["hidden"], v["hidden"])],
-                default_lora=("q_proj", "v_proj"))
+    return dict(
+        total=total,
+        embed=t["vocab"] * t["hidden"],
+        head=0,
+        linear=linear,
+        active=total,
+        lora_targets=[("q_proj", v["hidden"], v["hidden"]), ("v_proj", v["hidden"], v["hidden"])],
+        default_lora=("q_proj", "v_proj"),
+    )
 
 
 def _conv(cin: int, cout: int, k: int, bias: bool = False, groups: int = 1) -> int:
@@ -330,12 +464,19 @@ def _resnet(c: Dict[str, Any]) -> Dict[str, Any]:
     total = _conv(3, 64, 7) + 2 * 64
     cin = 64
     for i, n in enumerate(layers):
-        planes = 64 * 2 ** i
+        planes = 64 * 2**i
         w = planes * width // 64
         for j in range(n):
             stride = 2 if (i > 0 and j == 0) else 1
             if bottleneck:
-                total += _conv(cin, w, 1) + 2 * w + _conv(w, w, 3) + 2 * w + _conv(w, planes * exp, 1) + 2 * planes * exp
+                total += (
+                    _conv(cin, w, 1)
+                    + 2 * w
+                    + _conv(w, w, 3)
+                    + 2 * w
+                    + _conv(w, planes * exp, 1)
+                    + 2 * planes * exp
+                )
             else:
                 total += _conv(cin, planes, 3) + 2 * planes + _conv(planes, planes, 3) + 2 * planes
             if j == 0 and (stride != 1 or cin != planes * exp):
@@ -372,8 +513,13 @@ def _make_divisible(v: float, divisor: int = 8) -> int:
 
 
 _EFFNET_STAGES = [  # expand, kernel, stride, in, out, layers (EfficientNet-B0)
-    (1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
-    (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1),
+    (1, 3, 1, 32, 16, 1),
+    (6, 3, 2, 16, 24, 2),
+    (6, 5, 2, 24, 40, 2),
+    (6, 3, 2, 40, 80, 3),
+    (6, 5, 1, 80, 112, 3),
+    (6, 5, 2, 112, 192, 4),
+    (6, 3, 1, 192, 320, 1),
 ]
 
 
@@ -460,23 +606,56 @@ def _unet2d(c: Dict[str, Any]) -> Dict[str, Any]:
         if i < len(ch) - 1:
             total += _conv(out, out, 3, bias=True)
     total += 2 * ch[0] + _conv(ch[0], cout_, 3, bias=True)
-    return dict(total=total, embed=0, head=0, linear=0, active=total,
-                lora_targets=[("to_q", ch[0], ch[0]), ("to_v", ch[0], ch[0])], default_lora=("to_q", "to_v"))
+    return dict(
+        total=total,
+        embed=0,
+        head=0,
+        linear=0,
+        active=total,
+        lora_targets=[("to_q", ch[0], ch[0]), ("to_v", ch[0], ch[0])],
+        default_lora=("to_q", "to_v"),
+    )
 
 
 FORMULAS = {
-    "llama": _llama, "gpt2": _gpt2, "neox": _neox, "opt": _opt, "phi": _phi, "falcon": _falcon,
-    "bert": _bert, "distilbert": _distilbert, "t5": _t5, "bart": _bart, "whisper": _whisper,
-    "vit": _vit, "clip": _clip, "resnet": _resnet, "convnext": _convnext,
-    "efficientnet": _efficientnet, "unet2d": _unet2d,
+    "llama": _llama,
+    "gpt2": _gpt2,
+    "neox": _neox,
+    "opt": _opt,
+    "phi": _phi,
+    "falcon": _falcon,
+    "bert": _bert,
+    "distilbert": _distilbert,
+    "t5": _t5,
+    "bart": _bart,
+    "whisper": _whisper,
+    "vit": _vit,
+    "clip": _clip,
+    "resnet": _resnet,
+    "convnext": _convnext,
+    "efficientnet": _efficientnet,
+    "unet2d": _unet2d,
 }
 
 # which activation model each formula family uses
 KIND = {
-    "llama": "decoder", "gpt2": "decoder", "neox": "decoder", "opt": "decoder", "phi": "decoder",
-    "falcon": "decoder", "bert": "encoder", "distilbert": "encoder", "t5": "encdec",
-    "bart": "encdec", "whisper": "encdec", "vit": "vit", "clip": "clip", "resnet": "cnn",
-    "convnext": "cnn", "efficientnet": "cnn", "unet2d": "unet",
+    "llama": "decoder",
+    "gpt2": "decoder",
+    "neox": "decoder",
+    "opt": "decoder",
+    "phi": "decoder",
+    "falcon": "decoder",
+    "bert": "encoder",
+    "distilbert": "encoder",
+    "t5": "encdec",
+    "bart": "encdec",
+    "whisper": "encdec",
+    "vit": "vit",
+    "clip": "clip",
+    "resnet": "cnn",
+    "convnext": "cnn",
+    "efficientnet": "cnn",
+    "unet2d": "unet",
 }
 
 
@@ -534,15 +713,28 @@ def resolve_target(text: str) -> Optional[Dict[str, Any]]:
     if norm in _gpu_index():
         key = _gpu_index()[norm]
         g = gpus()[key]
-        return dict(name=key, gpu=key, memory_bytes=int(g["memory_mib"]) * 1024 ** 2,
-                    bf16=g["bf16"], count=1, instance=None, vendor=g.get("vendor", "nvidia"))
+        return dict(
+            name=key,
+            gpu=key,
+            memory_bytes=int(g["memory_mib"]) * 1024**2,
+            bf16=g["bf16"],
+            count=1,
+            instance=None,
+            vendor=g.get("vendor", "nvidia"),
+        )
     if norm in _instance_index():
         ikey = _instance_index()[norm]
         inst = instances()[ikey]
         g = gpus()[inst["gpu"]]
-        return dict(name=ikey, gpu=inst["gpu"], memory_bytes=int(g["memory_mib"]) * 1024 ** 2,
-                    bf16=g["bf16"], count=int(inst["count"]), instance=ikey,
-                    vendor=g.get("vendor", "nvidia"))
+        return dict(
+            name=ikey,
+            gpu=inst["gpu"],
+            memory_bytes=int(g["memory_mib"]) * 1024**2,
+            bf16=g["bf16"],
+            count=int(inst["count"]),
+            instance=ikey,
+            vendor=g.get("vendor", "nvidia"),
+        )
     m = _MULTI.match(text)
     if m:
         inner = resolve_target(m.group(2))
@@ -553,11 +745,18 @@ def resolve_target(text: str) -> Optional[Dict[str, Any]]:
     if m:
         value = float(m.group(1))
         unit = (m.group(2) or "gib").lower()
-        scale = {"gib": GIB, "g": GIB, "gb": 1000 ** 3, "mib": 1024 ** 2, "mb": 1000 ** 2}[unit]
+        scale = {"gib": GIB, "g": GIB, "gb": 1000**3, "mib": 1024**2, "mb": 1000**2}[unit]
         if value <= 0:
             return None
-        return dict(name=text.strip(), gpu=None, memory_bytes=int(value * scale), bf16=True, count=1,
-                    instance=None, vendor="nvidia")
+        return dict(
+            name=text.strip(),
+            gpu=None,
+            memory_bytes=int(value * scale),
+            bf16=True,
+            count=1,
+            instance=None,
+            vendor="nvidia",
+        )
     return None
 
 
@@ -600,5 +799,12 @@ def generic_decoder(params: int) -> Tuple[str, Dict[str, Any]]:
     """
     layers = max(4, int(round((params / 6.5e9) ** (1 / 3) * 32)))
     hidden = max(256, int(round(math.sqrt(params / (12.5 * layers)) / 128)) * 128)
-    return "llama", dict(hidden=hidden, layers=layers, heads=max(1, hidden // 128), kv_heads=max(1, hidden // 128),
-                         ff=int(hidden * 8 / 3) // 256 * 256 or 256, vocab=32000, tied=False)
+    return "llama", dict(
+        hidden=hidden,
+        layers=layers,
+        heads=max(1, hidden // 128),
+        kv_heads=max(1, hidden // 128),
+        ff=int(hidden * 8 / 3) // 256 * 256 or 256,
+        vocab=32000,
+        tied=False,
+    )

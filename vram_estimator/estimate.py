@@ -25,7 +25,6 @@ recomputed at a time (its full activations are added once).  MoE blocks route ea
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -34,8 +33,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import db
 from .config_comments import Value
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 
 
 @lru_cache(maxsize=None)
@@ -154,7 +153,9 @@ def lora_trainable(bd: Dict[str, Any], layers: int, rank: int, targets: Optional
     return int(layers * sum(rank * (i + o) for _, i, o in chosen)), len(chosen)
 
 
-def _shape(model_key: Optional[str], params: Optional[int]) -> Tuple[str, Dict[str, Any], Dict[str, Any], bool]:
+def _shape(
+    model_key: Optional[str], params: Optional[int]
+) -> Tuple[str, Dict[str, Any], Dict[str, Any], bool]:
     """family, config, param breakdown, exact? for a known model or a ``params=`` stand-in."""
     if model_key:
         entry = db.model_entry(model_key)
@@ -163,8 +164,14 @@ def _shape(model_key: Optional[str], params: Optional[int]) -> Tuple[str, Dict[s
     family, config = db.generic_decoder(params or 1)
     bd = db.param_breakdown(family, config)
     scale = (params or bd["total"]) / bd["total"]
-    bd = dict(bd, total=int(params or bd["total"]), embed=int(bd["embed"] * scale), head=int(bd["head"] * scale),
-              linear=int(bd["linear"] * scale), active=int(params or bd["total"]))
+    bd = dict(
+        bd,
+        total=int(params or bd["total"]),
+        embed=int(bd["embed"] * scale),
+        head=int(bd["head"] * scale),
+        linear=int(bd["linear"] * scale),
+        active=int(params or bd["total"]),
+    )
     return family, config, bd, False
 
 
@@ -177,8 +184,18 @@ def _dims(family: str, c: Dict[str, Any]) -> Dict[str, Any]:
     hd = c.get("head_dim", d // heads if heads else 0)
     kv = c.get("kv_heads", 1 if family == "falcon" else heads)
     ff = c.get("ff", 4 * d)
-    return dict(h=d, heads=heads, hd=hd, q=heads * hd, kv=kv * hd, kv_heads=kv, ff=ff, layers=c.get("layers", 0),
-                dec_layers=c.get("dec_layers", c.get("layers", 0)), vocab=c.get("vocab", 0))
+    return dict(
+        h=d,
+        heads=heads,
+        hd=hd,
+        q=heads * hd,
+        kv=kv * hd,
+        kv_heads=kv,
+        ff=ff,
+        layers=c.get("layers", 0),
+        dec_layers=c.get("dec_layers", c.get("layers", 0)),
+        vocab=c.get("vocab", 0),
+    )
 
 
 def _layer_bytes(co: Dict[str, float], dims: Dict[str, Any], s: int, attention: str, moe_k: int = 1) -> float:
@@ -191,8 +208,9 @@ def _layer_bytes(co: Dict[str, float], dims: Dict[str, Any], s: int, attention: 
     return per
 
 
-def inference_workspace(family: str, config: Dict[str, Any], batch: int, seq: int, image: int, precision: str,
-                        attention: str) -> Optional[float]:
+def inference_workspace(
+    family: str, config: Dict[str, Any], batch: int, seq: int, image: int, precision: str, attention: str
+) -> Optional[float]:
     """Transient bytes of one block under no_grad: nothing is kept for backward, so the peak is
     the block input, q/k/v/attention output, the MLP intermediates (3 ff-wide tensors for a gated
     MLP, 2 otherwise) and, under eager attention, the score matrix in fp32 plus its half copy."""
@@ -212,9 +230,19 @@ def inference_workspace(family: str, config: Dict[str, Any], batch: int, seq: in
     return per * batch * seq
 
 
-def activation_bytes(family: str, config: Dict[str, Any], model_key: Optional[str], batch: int, seq: int,
-                     image: int, precision: str, attention: str, checkpointing: bool, train: bool,
-                     dec_seq: Optional[int] = None) -> Tuple[float, float, str, bool]:
+def activation_bytes(
+    family: str,
+    config: Dict[str, Any],
+    model_key: Optional[str],
+    batch: int,
+    seq: int,
+    image: int,
+    precision: str,
+    attention: str,
+    checkpointing: bool,
+    train: bool,
+    dec_seq: Optional[int] = None,
+) -> Tuple[float, float, str, bool]:
     """Stored activations and the recompute peak for one training step.
 
     Returns ``(stored, recompute, note, measured)`` in bytes.  For inference (no grad) callers use
@@ -226,15 +254,21 @@ def activation_bytes(family: str, config: Dict[str, Any], model_key: Optional[st
     dims = _dims(family, config)
     resid = 2 if pc == "half" else 4
 
-    def stack(style: str, n_layers: int, tokens: int, s: int, extra_per_token: float = 0.0) -> Tuple[float, float]:
+    def stack(
+        style: str, n_layers: int, tokens: int, s: int, extra_per_token: float = 0.0
+    ) -> Tuple[float, float]:
         co = co_all["transformer"][style][pc]
         moe_k = config.get("experts_active", 1) if config.get("experts", 1) > 1 else 1
         per_layer = _layer_bytes(co, dims, s, attention, moe_k) + extra_per_token
         full = n_layers * per_layer * tokens
         if checkpointing:
-            stored = n_layers * (co.get("ckpt", resid) * dims["h"] + co.get("ckpt_ss", 0.0) * s) * tokens
-            return stored + co.get("ckpt_final", co.get("final", 0.0)) * dims["h"] * tokens, per_layer * tokens
-        return full + co.get("final", 0.0) * dims["h"] * tokens, per_layer * tokens
+            ss = co.get("ckpt_ss", 0.0) + (co.get("eager_ckpt_ss", 0.0) if attention == "eager" else 0.0)
+            stored = n_layers * (co.get("ckpt", resid) * dims["h"] + ss * s) * tokens
+            stored += (
+                co.get("ckpt_final", co.get("final", 0.0)) * dims["h"] + co.get("ckpt_tok", 0.0)
+            ) * tokens
+            return stored, per_layer * tokens
+        return full + (co.get("final", 0.0) * dims["h"] + co.get("tok", 0.0)) * tokens, per_layer * tokens
 
     if kind == "decoder":
         style = "decoder_gated" if family == "llama" else "decoder_gelu"
@@ -252,13 +286,20 @@ def activation_bytes(family: str, config: Dict[str, Any], model_key: Optional[st
         per_dec = _layer_bytes(co, dims, ds, attention)
         if attention == "eager":
             per_dec += co["s"] * dims["heads"] * seq  # cross-attention probabilities
-        cross = co.get("cross", 2 * resid) * dims["h"] * batch * seq  # cross K/V of the encoder output, per block
+        cross = (
+            co.get("cross", 2 * resid) * dims["h"] * batch * seq
+        )  # cross K/V of the encoder output, per block
         dec_full = dims["dec_layers"] * (per_dec * batch * ds + cross)
         if checkpointing:
             dec_stored = dims["dec_layers"] * co.get("ckpt", resid) * dims["h"] * batch * ds
             one = max(enc_one, per_dec * batch * ds + cross)
             return enc_stored + dec_stored, one, "encoder + decoder blocks", True
-        return enc_stored + dec_full, max(enc_one, per_dec * batch * ds + cross), "encoder + decoder blocks", True
+        return (
+            enc_stored + dec_full,
+            max(enc_one, per_dec * batch * ds + cross),
+            "encoder + decoder blocks",
+            True,
+        )
     if kind in ("vit", "clip"):
         vc = config["vision"] if kind == "clip" else config
         n = (image // vc["patch"]) ** 2 + 1
@@ -371,7 +412,9 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         block = w_bytes / max(1, dims["layers"] or 1)
         gather = 2 * block  # current + prefetched block, gathered in full
     lo_w, hi_w = (1.0, 1.0) if exact else (0.9, 1.1)
-    terms.append(Term("weights", w_dev * lo_w, w_dev, w_dev * hi_w, wnote + (f" /{world}" if shard_w else "")))
+    terms.append(
+        Term("weights", w_dev * lo_w, w_dev, w_dev * hi_w, wnote + (f" /{world}" if shard_w else ""))
+    )
     if gather:
         terms.append(Term("gathered params", gather * 0.5, gather, gather * 1.5, "ZeRO-3/FSDP working set"))
 
@@ -383,7 +426,11 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         g = g_bytes_per * trainable
         if sharding in ("zero2", "zero3", "fsdp") and world > 1:
             g /= world
-        terms.append(Term("gradients", g * lo_w, g, g * hi_w, f"{g_bytes_per:.0f} B x {trainable / 1e6:,.1f}M trainable"))
+        terms.append(
+            Term(
+                "gradients", g * lo_w, g, g * hi_w, f"{g_bytes_per:.0f} B x {trainable / 1e6:,.1f}M trainable"
+            )
+        )
         # ---- optimizer state (+ master)
         state_bytes = 2 if (pc == "half" and not lora and sharding not in ("zero1", "zero2", "zero3")) else 4
         o = optimizer_bytes(optimizer, state_bytes, dims["h"] or 1024) * trainable
@@ -405,10 +452,14 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         # ---- autocast cache
         if pc == "mixed" and not lora:
             cache = 2.0 * bd["linear"] / (world if shard_w else 1)
-            terms.append(Term("autocast cache", cache * 0.5, cache, cache, "half-precision copies of linear weights"))
+            terms.append(
+                Term("autocast cache", cache * 0.5, cache, cache, "half-precision copies of linear weights")
+            )
         # ---- DDP buckets / ZeRO buffers
         if sharding == "ddp" and world > 1:
-            terms.append(Term("ddp buckets", 0.0, g, g, "gradient bucket copy (gradient_as_bucket_view=False)"))
+            terms.append(
+                Term("ddp buckets", 0.0, g, g, "gradient bucket copy (gradient_as_bucket_view=False)")
+            )
         elif sharding in ("zero2", "zero3") and world > 1:
             buf = min(g * world, 2 * 5e8 * 2)
             terms.append(Term("zero buffers", 0.0, buf, buf, "reduce/allgather buckets (5e8 elements)"))
@@ -418,15 +469,29 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
     measured = True
     if mode == "generate":
         prompt = max(1, min(seq, ctx) if ctx else seq)
-        stored, one, anote, measured = activation_bytes(family, config, model_key, batch, prompt, image, precision,
-                                                        attention, False, False)
+        stored, one, anote, measured = activation_bytes(
+            family, config, model_key, batch, prompt, image, precision, attention, False, False
+        )
         ws = inference_workspace(family, config, batch, prompt, image, precision, attention)
         act_point = one if ws is None else ws
-        terms.append(_spread(Term("activations", act_point, act_point, act_point,
-                                  f"prefill workspace, one block x {batch}x{prompt}"), settings, measured, exact))
+        terms.append(
+            _spread(
+                Term(
+                    "activations",
+                    act_point,
+                    act_point,
+                    act_point,
+                    f"prefill workspace, one block x {batch}x{prompt}",
+                ),
+                settings,
+                measured,
+                exact,
+            )
+        )
     else:
-        stored, one, anote, measured = activation_bytes(family, config, model_key, batch, seq, image, precision,
-                                                        attention, checkpointing, train)
+        stored, one, anote, measured = activation_bytes(
+            family, config, model_key, batch, seq, image, precision, attention, checkpointing, train
+        )
         if train:
             act_point = stored + (one if checkpointing else 0.0)
             anote = anote + (" (checkpointed: block inputs + one recompute)" if checkpointing else "")
@@ -434,7 +499,9 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
             ws = inference_workspace(family, config, batch, seq, image, precision, attention)
             act_point = one if ws is None else ws
             anote = "one block at a time (no grad): " + anote
-        terms.append(_spread(Term("activations", act_point, act_point, act_point, anote), settings, measured, exact))
+        terms.append(
+            _spread(Term("activations", act_point, act_point, act_point, anote), settings, measured, exact)
+        )
 
     # ---- logits buffer
     V = dims["vocab"] if kind in ("decoder", "encdec") else 0
@@ -447,7 +514,9 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
             toks = batch * (seq if kind == "decoder" else max(1, min(seq, 128)))
             lb = toks * V * (co["train"][pc] if train else co["inference"][pc])
             lnote = f"{toks:,} tokens x {V:,} vocab"
-        terms.append(_spread(Term("logits buffer", lb, lb, lb, lnote), settings, True, exact, only_tokens=True))
+        terms.append(
+            _spread(Term("logits buffer", lb, lb, lb, lnote), settings, True, exact, only_tokens=True)
+        )
 
     # ---- KV cache
     if mode == "generate" and kind in ("decoder", "encdec"):
@@ -457,16 +526,38 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         kv = 2.0 * layers * dims["kv_heads"] * dims["hd"] * context * batch * kv_bytes
         if kind == "encdec":
             kv += 2.0 * layers * dims["h"] * seq * batch * kv_bytes
-        terms.append(_spread(Term("KV cache", kv, kv, kv,
-                                  f"2 x {layers} layers x {dims['kv_heads']} kv-heads x {dims['hd']} x {context} tokens x {batch}"),
-                             settings, True, exact, only_tokens=True, kv=True))
+        terms.append(
+            _spread(
+                Term(
+                    "KV cache",
+                    kv,
+                    kv,
+                    kv,
+                    f"2 x {layers} layers x {dims['kv_heads']} kv-heads x {dims['hd']} x {context} tokens "
+                    f"x {batch}",
+                ),
+                settings,
+                True,
+                exact,
+                only_tokens=True,
+                kv=True,
+            )
+        )
 
     # ---- allocator fragmentation
-    dynamic = sum(t.point for t in terms if t.name in ("activations", "logits buffer", "KV cache", "gradients"))
+    dynamic = sum(
+        t.point for t in terms if t.name in ("activations", "logits buffer", "KV cache", "gradients")
+    )
     terms.append(Term("fragmentation", 0.0, 0.05 * dynamic, 0.15 * dynamic, "caching-allocator slack"))
 
-    est = Estimate(terms=terms, settings=settings, target=target, notes=notes, params_total=total,
-                   params_trainable=trainable)
+    est = Estimate(
+        terms=terms,
+        settings=settings,
+        target=target,
+        notes=notes,
+        params_total=total,
+        params_trainable=trainable,
+    )
     if target:
         est.capacity = float(target["memory_bytes"])
         gpu = db.gpus().get(target.get("gpu") or "", {})
@@ -475,8 +566,14 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
     return est
 
 
-def _spread(term: Term, settings: Dict[str, Value], measured: bool, exact: bool, only_tokens: bool = False,
-            kv: bool = False) -> Term:
+def _spread(
+    term: Term,
+    settings: Dict[str, Value],
+    measured: bool,
+    exact: bool,
+    only_tokens: bool = False,
+    kv: bool = False,
+) -> Term:
     """Widen a token-proportional term for what was guessed."""
     lo, hi = (0.9, 1.1) if measured else (0.7, 1.4)
     if only_tokens:

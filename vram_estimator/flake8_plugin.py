@@ -22,7 +22,9 @@ class VramChecker:
 
     vram_gpu: ClassVar[Optional[str]] = None
 
-    def __init__(self, tree: Any, lines: List[str] = None, filename: str = "<stdin>", file_tokens: Any = None):
+    def __init__(
+        self, tree: Any, lines: List[str] = None, filename: str = "<stdin>", file_tokens: Any = None
+    ):
         self.tree = tree
         self.lines = lines
         self.filename = filename
@@ -31,9 +33,12 @@ class VramChecker:
     @classmethod
     def add_options(cls, option_manager: Any) -> None:
         option_manager.add_option(
-            "--vram-gpu", default=None, parse_from_config=True, metavar="GPU",
-            help="default target GPU, instance type or capacity for TPF100-TPF102 (e.g. a100-80gb, p4de.24xlarge, "
-                 "48GiB); a '# vram: gpu=...' comment overrides it",
+            "--vram-gpu",
+            default=None,
+            parse_from_config=True,
+            metavar="GPU",
+            help="default target GPU, instance type or capacity for TPF100-TPF102 (e.g. a100-80gb, "
+            "p4de.24xlarge, 48GiB); a '# vram: gpu=...' comment overrides it",
         )
 
     @classmethod
@@ -57,19 +62,29 @@ class VramChecker:
         has_comment = any(t[2].lstrip("#").strip().lower().startswith("vram") for t in tokens)
         if not has_comment and not self.vram_gpu:
             return
-        result = estimate_source("", filename=self.filename, gpu=self.vram_gpu, tree=self.tree,
-                                 comment_tokens=tokens)
+        result = estimate_source(
+            "", filename=self.filename, gpu=self.vram_gpu, tree=self.tree, comment_tokens=tokens
+        )
         for err in result.errors:
-            yield (err.line, err.col, f"TPF102 [error] {err.message}; fix: correct the '# vram:' comment or option",
-                   type(self))
+            yield (
+                err.line,
+                err.col,
+                f"TPF102 [error] {err.message}; fix: correct the '# vram:' comment or option",
+                type(self),
+            )
         est = result.estimate
         if est is None or est.target is None:
             facts = result.facts
             if facts and facts.unknown_models and est is None and (has_comment or self.vram_gpu):
                 text, line = facts.unknown_models[0]
-                yield (line, 0, f"TPF102 [error] model '{text}' read from line {line} is not in the model database "
-                       f"(see `vram-estimate models`); fix: add '# vram: model=<architecture>' or "
-                       f"'# vram: params=7B'", type(self))
+                yield (
+                    line,
+                    0,
+                    f"TPF102 [error] model '{text}' read from line {line} is not in the model database "
+                    f"(see `vram-estimate models`); fix: add '# vram: model=<architecture>' or "
+                    f"'# vram: params=7B'",
+                    type(self),
+                )
             return
         message = flake8_message(result)
         if message:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 from . import db
 from .estimate import optimizer_bytes
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 class VramError(RuntimeError):
@@ -65,9 +65,13 @@ class GuardReport:
         return "tight"
 
     def __str__(self) -> str:
-        parts = [f"params {self.parameters / GIB:.2f} GiB", f"grads {self.gradients / GIB:.2f} GiB",
-                 f"optimizer {self.optimizer / GIB:.2f} GiB", f"activations {self.activations / GIB:.2f} GiB",
-                 f"peak {self.lower / GIB:.2f}–{self.upper / GIB:.2f} GiB"]
+        parts = [
+            f"params {self.parameters / GIB:.2f} GiB",
+            f"grads {self.gradients / GIB:.2f} GiB",
+            f"optimizer {self.optimizer / GIB:.2f} GiB",
+            f"activations {self.activations / GIB:.2f} GiB",
+            f"peak {self.lower / GIB:.2f}–{self.upper / GIB:.2f} GiB",
+        ]
         if self.usable is not None:
             parts.append(f"usable {self.usable / GIB:.2f} GiB: {self.verdict}")
         return "; ".join(parts)
@@ -114,8 +118,12 @@ def optimizer_state_bytes(model: Any, optimizer: Any) -> int:
     return int(optimizer_bytes(kind, elem, 1024) * numel)
 
 
-def activation_bytes(model: Any, example: Union[Sequence[int], Dict[str, Any], Any],
-                     dtype: Any = None, forward: Optional[Callable[[Any, Any], Any]] = None) -> int:
+def activation_bytes(
+    model: Any,
+    example: Union[Sequence[int], Dict[str, Any], Any],
+    dtype: Any = None,
+    forward: Optional[Callable[[Any, Any], Any]] = None,
+) -> int:
     """Bytes autograd saves in one forward pass, measured on a meta-device copy of ``model``.
 
     ``example`` is an input shape (float input; ``dtype`` picks it), a dict of shapes or
@@ -161,8 +169,13 @@ def activation_bytes(model: Any, example: Union[Sequence[int], Dict[str, Any], A
     return int(sum(seen.values()))
 
 
-def measure(model: Any, optimizer: Any = None, example: Any = None, dtype: Any = None,
-            forward: Optional[Callable[[Any, Any], Any]] = None) -> GuardReport:
+def measure(
+    model: Any,
+    optimizer: Any = None,
+    example: Any = None,
+    dtype: Any = None,
+    forward: Optional[Callable[[Any, Any], Any]] = None,
+) -> GuardReport:
     params = list(_unique_params(model))
     p_bytes = sum(p.numel() * p.element_size() for p in params)
     g_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
@@ -171,8 +184,14 @@ def measure(model: Any, optimizer: Any = None, example: Any = None, dtype: Any =
     return GuardReport(parameters=p_bytes, gradients=g_bytes, optimizer=o_bytes, activations=a_bytes)
 
 
-def check(model: Any, optimizer: Any = None, example: Any = None, gpu: Optional[str] = None,
-          dtype: Any = None, forward: Optional[Callable[[Any, Any], Any]] = None) -> GuardReport:
+def check(
+    model: Any,
+    optimizer: Any = None,
+    example: Any = None,
+    gpu: Optional[str] = None,
+    dtype: Any = None,
+    forward: Optional[Callable[[Any, Any], Any]] = None,
+) -> GuardReport:
     """Measure and judge against ``gpu`` (a name, instance or capacity; default: the current
     CUDA device).  Raises :class:`VramError` only when the optimistic end does not fit."""
     import torch
@@ -184,16 +203,18 @@ def check(model: Any, optimizer: Any = None, example: Any = None, gpu: Optional[
         if target is None:
             raise ValueError(f"unknown GPU '{gpu}'; see `vram-estimate gpus`")
         capacity = target["memory_bytes"]
-        context = db.gpus().get(target.get("gpu") or "", {}).get("context_mib", 500) * 1024 ** 2
+        context = db.gpus().get(target.get("gpu") or "", {}).get("context_mib", 500) * 1024**2
     elif torch.cuda.is_available():
         capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        context = 500 * 1024 ** 2
+        context = 500 * 1024**2
     if capacity is not None:
         report.capacity = int(capacity)
         report.usable = int(capacity - context - 0.02 * capacity)
         if report.verdict == "oom":
-            raise VramError(f"even the optimistic peak {report.lower / GIB:.1f} GiB exceeds usable "
-                            f"{report.usable / GIB:.1f} GiB ({report})")
+            raise VramError(
+                f"even the optimistic peak {report.lower / GIB:.1f} GiB exceeds usable "
+                f"{report.usable / GIB:.1f} GiB ({report})"
+            )
         if report.verdict == "tight":
             warnings.warn(f"projected peak may not fit: {report}", ResourceWarning, stacklevel=2)
     return report

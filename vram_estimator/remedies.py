@@ -73,46 +73,123 @@ def candidates(s: Dict[str, Value], target: Dict[str, Any]) -> List[Remedy]:
     world = int(_val(s, "world", 1))
     sharding = _val(s, "sharding", "none")
     if _val(s, "attention") == "eager" and transformer:
-        out.append(Remedy("attention", "SDPA/flash attention", "none: same result, usually faster", 0,
-                          lambda x: _set(x, attention="sdpa")))
+        out.append(
+            Remedy(
+                "attention",
+                "SDPA/flash attention",
+                "none: same result, usually faster",
+                0,
+                lambda x: _set(x, attention="sdpa"),
+            )
+        )
     if int(_val(s, "batch", 1)) >= 2:
         b = int(_val(s, "batch", 1))
-        out.append(Remedy("batch", f"micro-batch {b} -> {b // 2} (+ accumulate 2)",
-                          "lower GPU utilisation; same effective batch", 1,
-                          lambda x: _set(x, batch=max(1, int(_val(x, "batch", 1)) // 2))))
+        out.append(
+            Remedy(
+                "batch",
+                f"micro-batch {b} -> {b // 2} (+ accumulate 2)",
+                "lower GPU utilisation; same effective batch",
+                1,
+                lambda x: _set(x, batch=max(1, int(_val(x, "batch", 1)) // 2)),
+            )
+        )
     if train and _val(s, "checkpointing") != "on":
-        out.append(Remedy("checkpointing", "gradient checkpointing", "~20-35% slower steps (forward recomputed)", 2,
-                          lambda x: _set(x, checkpointing="on")))
+        out.append(
+            Remedy(
+                "checkpointing",
+                "gradient checkpointing",
+                "~20-35% slower steps (forward recomputed)",
+                2,
+                lambda x: _set(x, checkpointing="on"),
+            )
+        )
     if train and _val(s, "optimizer") in ("adamw", "adam", "paged-adamw", "lion"):
-        out.append(Remedy("optimizer", "8-bit AdamW (bitsandbytes)", "bitsandbytes dependency; near-identical loss", 3,
-                          lambda x: _set(x, optimizer="adamw-8bit")))
+        out.append(
+            Remedy(
+                "optimizer",
+                "8-bit AdamW (bitsandbytes)",
+                "bitsandbytes dependency; near-identical loss",
+                3,
+                lambda x: _set(x, optimizer="adamw-8bit"),
+            )
+        )
     if precision in ("fp32", "fp16-mixed", "bf16-mixed") and target.get("bf16", True) and transformer:
-        cost = "bf16 updates lose precision on long runs (use Kahan/stochastic rounding)" if train else \
-            "negligible quality change"
+        cost = (
+            "bf16 updates lose precision on long runs (use Kahan/stochastic rounding)"
+            if train
+            else "negligible quality change"
+        )
         out.append(Remedy("precision", "pure bf16 weights", cost, 4, lambda x: _set(x, precision="bf16")))
     if train and sharding in ("none", "ddp", "zero1", "zero2") and world > 1:
         nxt = {"none": "zero2", "ddp": "zero2", "zero1": "zero2", "zero2": "zero3"}[sharding]
-        out.append(Remedy("sharding", f"ZeRO stage {nxt[-1]} over {world} ranks",
-                          "more communication per step", 5, lambda x, n=nxt: _set(x, sharding=n)))
+        out.append(
+            Remedy(
+                "sharding",
+                f"ZeRO stage {nxt[-1]} over {world} ranks",
+                "more communication per step",
+                5,
+                lambda x, n=nxt: _set(x, sharding=n),
+            )
+        )
     if train and transformer and not int(_val(s, "lora", 0) or 0) and precision not in ("int8", "nf4"):
-        out.append(Remedy("lora", "LoRA r=16 (adapters only)", "trains ~1% of weights; below full fine-tuning on "
-                          "large domain shifts", 6, lambda x: _set(x, lora=16, lora_targets=["all-linear"])))
+        out.append(
+            Remedy(
+                "lora",
+                "LoRA r=16 (adapters only)",
+                "trains ~1% of weights; below full fine-tuning on " "large domain shifts",
+                6,
+                lambda x: _set(x, lora=16, lora_targets=["all-linear"]),
+            )
+        )
     if transformer and precision not in ("int8", "nf4") and kind in ("decoder", "encdec", "encoder"):
         if train:
-            out.append(Remedy("quant", "QLoRA: 4-bit base + LoRA r=16", "slower matmuls (dequantise); small quality "
-                              "loss vs 16-bit LoRA", 7,
-                              lambda x: _set(x, precision="nf4", lora=16, lora_targets=["all-linear"])))
+            out.append(
+                Remedy(
+                    "quant",
+                    "QLoRA: 4-bit base + LoRA r=16",
+                    "slower matmuls (dequantise); small quality " "loss vs 16-bit LoRA",
+                    7,
+                    lambda x: _set(x, precision="nf4", lora=16, lora_targets=["all-linear"]),
+                )
+            )
         else:
-            out.append(Remedy("quant", "4-bit (nf4) weights", "small quality loss; slower at large batch", 7,
-                              lambda x: _set(x, precision="nf4")))
+            out.append(
+                Remedy(
+                    "quant",
+                    "4-bit (nf4) weights",
+                    "small quality loss; slower at large batch",
+                    7,
+                    lambda x: _set(x, precision="nf4"),
+                )
+            )
     if train and _val(s, "offload") in ("none", None) and _val(s, "optimizer") not in ("none", None):
-        out.append(Remedy("offload", "CPU offload of the optimizer (ZeRO-Offload)", "2-5x slower steps; needs host "
-                          "RAM", 8, lambda x: _set(x, offload="optimizer",
-                                                  sharding=_val(x, "sharding") if _val(x, "sharding") in
-                                                  ("zero1", "zero2", "zero3", "fsdp") else "zero2")))
+        out.append(
+            Remedy(
+                "offload",
+                "CPU offload of the optimizer (ZeRO-Offload)",
+                "2-5x slower steps; needs host " "RAM",
+                8,
+                lambda x: _set(
+                    x,
+                    offload="optimizer",
+                    sharding=(
+                        _val(x, "sharding")
+                        if _val(x, "sharding") in ("zero1", "zero2", "zero3", "fsdp")
+                        else "zero2"
+                    ),
+                ),
+            )
+        )
     if train and world == 1:
-        out.append(Remedy("ranks", "FSDP full shard over 8 GPUs", "needs 8 GPUs and fast interconnect", 9,
-                          lambda x: _set(x, world=8, sharding="fsdp")))
+        out.append(
+            Remedy(
+                "ranks",
+                "FSDP full shard over 8 GPUs",
+                "needs 8 GPUs and fast interconnect",
+                9,
+                lambda x: _set(x, world=8, sharding="fsdp"),
+            )
+        )
     return out
 
 
@@ -120,7 +197,9 @@ def remedies(s: Dict[str, Value], target: Dict[str, Any], base: Estimate) -> Lis
     return [Outcome(r, estimate(r.apply(s), target)) for r in candidates(s, target)]
 
 
-def _largest_batch(s: Dict[str, Value], target: Dict[str, Any]) -> Optional[Tuple[Dict[str, Value], Estimate]]:
+def _largest_batch(
+    s: Dict[str, Value], target: Dict[str, Any]
+) -> Optional[Tuple[Dict[str, Value], Estimate]]:
     b = int(_val(s, "batch", 1))
     while b >= 1:
         trial = _set(s, batch=b)
@@ -133,8 +212,9 @@ def _largest_batch(s: Dict[str, Value], target: Dict[str, Any]) -> Optional[Tupl
     return None
 
 
-def smallest_combination(s: Dict[str, Value], target: Dict[str, Any], base: Estimate,
-                         max_size: int = 4) -> Optional[Combination]:
+def smallest_combination(
+    s: Dict[str, Value], target: Dict[str, Any], base: Estimate, max_size: int = 4
+) -> Optional[Combination]:
     """Fewest remedies that fit, then cheapest, then lowest peak; None when nothing fits."""
     pool = [r for r in candidates(s, target) if r.key != "batch"]
     can_batch = int(_val(s, "batch", 1)) >= 2
@@ -157,8 +237,10 @@ def smallest_combination(s: Dict[str, Value], target: Dict[str, Any], base: Esti
                 if found is None:
                     continue
                 trial, est = found
-                labels.append(f"micro-batch {_val(s, 'batch')} -> {_val(trial, 'batch')} (+ accumulate "
-                              f"{int(_val(s, 'batch')) // int(_val(trial, 'batch'))})")
+                labels.append(
+                    f"micro-batch {_val(s, 'batch')} -> {_val(trial, 'batch')} (+ accumulate "
+                    f"{int(_val(s, 'batch')) // int(_val(trial, 'batch'))})"
+                )
                 rank += 1
             else:
                 est = estimate(trial, target)

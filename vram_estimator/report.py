@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 from .api import Result
 from .estimate import Estimate
 
-GIB = 1024 ** 3
+GIB = 1024**3
 TERM_KEYS = {
     "weights": ("model", "params", "precision", "lora"),
     "gathered params": ("sharding", "world"),
@@ -65,15 +65,21 @@ def flake8_message(result: Result) -> Optional[str]:
     interval = f"{gib(est.lower)}–{gib(est.upper)} GiB"
     ev = evidence(est)
     if verdict == "oom":
-        return (f"TPF100 [error] projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB "
-                f"even at the optimistic end ({interval}; {ev}); fix: {fix_text(result)}")
+        return (
+            f"TPF100 [error] projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB "
+            f"even at the optimistic end ({interval}; {ev}); fix: {fix_text(result)}"
+        )
     if verdict == "tight":
         if est.point <= est.usable:
-            what = (f"projected peak {gib(est.point)} GiB fits {name} usable {gib(est.usable)} GiB but not its "
-                    f"error margin")
+            what = (
+                f"projected peak {gib(est.point)} GiB fits {name} usable {gib(est.usable)} GiB but not its "
+                f"error margin"
+            )
         else:
-            what = (f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB; it fits "
-                    f"only at the optimistic end")
+            what = (
+                f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB; it fits "
+                f"only at the optimistic end"
+            )
         return f"TPF101 [warning] {what} ({interval}; {ev}); fix: {fix_text(result)}"
     return None
 
@@ -93,7 +99,9 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
     for e in result.errors:
         lines.append(f"TPF102 line {e.line}: {e.message}")
     if est is None:
-        lines.append("no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)")
+        lines.append(
+            "no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)"
+        )
         return "\n".join(lines)
     s = est.settings
 
@@ -104,15 +112,21 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
     if est.target:
         t = est.target
         count = f" ({t['count']} GPUs)" if t.get("count", 1) > 1 else ""
-        title += f" -> {t['name']}{count}: {gib(est.capacity)} GiB reported, usable {gib(est.usable)} GiB " \
-                 f"(context {gib(est.context)}, reserve {gib(est.reserve)})"
+        title += (
+            f" -> {t['name']}{count}: {gib(est.capacity)} GiB reported, usable {gib(est.usable)} GiB "
+            f"(context {gib(est.context)}, reserve {gib(est.reserve)})"
+        )
     lines.append(title)
     model = v("model") or f"params={v('params'):,}"
-    lines.append(f"model {model}: {est.params_total / 1e9:.3g}B params, {est.params_trainable / 1e6:,.1f}M trainable; "
-                 f"mode {v('mode')}, batch {v('batch')}, seq {v('seq')}, {v('precision')}, optimizer {v('optimizer')}, "
-                 f"world {v('world')} ({v('sharding')}), checkpointing {v('checkpointing')}, attention {v('attention')}"
-                 + (f", LoRA r={v('lora')}" if v("lora") else "") + (f", context {v('context')}" if v("context") and
-                                                                     v("mode") == "generate" else ""))
+    lines.append(
+        f"model {model}: {est.params_total / 1e9:.3g}B params, "
+        f"{est.params_trainable / 1e6:,.1f}M trainable; "
+        f"mode {v('mode')}, batch {v('batch')}, seq {v('seq')}, {v('precision')}, "
+        f"optimizer {v('optimizer')}, "
+        f"world {v('world')} ({v('sharding')}), checkpointing {v('checkpointing')}, attention {v('attention')}"
+        + (f", LoRA r={v('lora')}" if v("lora") else "")
+        + (f", context {v('context')}" if v("context") and v("mode") == "generate" else "")
+    )
     lines.append("")
     scale = max(est.upper, est.usable or 0)
     width = max(len(t.name) for t in est.terms)
@@ -121,15 +135,21 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
             continue
         lines.append(f"  {t.name:<{width}} {gib(t.point):>8} GiB  {_bar(t.point, scale):<29} {t.note}")
     lines.append(f"  {'-' * width} {'-' * 12}")
-    lines.append(f"  {'peak':<{width}} {gib(est.point):>8} GiB  interval {gib(est.lower)}–{gib(est.upper)} GiB")
+    lines.append(
+        f"  {'peak':<{width}} {gib(est.point):>8} GiB  interval {gib(est.lower)}–{gib(est.upper)} GiB"
+    )
     if est.target:
         share = est.point / est.usable * 100 if est.usable else float("inf")
-        lines.append(f"  {'usable':<{width}} {gib(est.usable):>8} GiB  {_bar(est.usable, scale)}  peak = {share:.0f}% "
-                     f"of usable")
+        lines.append(
+            f"  {'usable':<{width}} {gib(est.usable):>8} GiB  {_bar(est.usable, scale)}  peak = {share:.0f}% "
+            f"of usable"
+        )
         verdict = est.verdict
-        explain = {"fits": "the upper end of the interval fits",
-                   "tight": "the interval straddles usable memory (TPF101)",
-                   "oom": "even the optimistic end exceeds usable memory (TPF100)"}[verdict]
+        explain = {
+            "fits": "the upper end of the interval fits",
+            "tight": "the interval straddles usable memory (TPF101)",
+            "oom": "even the optimistic end exceeds usable memory (TPF100)",
+        }[verdict]
         lines.append("")
         lines.append(f"verdict: {verdict.upper()} - {explain}")
     else:
@@ -143,19 +163,40 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
         lw = max(len(o.remedy.label) for o in result.remedies)
         lines.append(f"  {'remedy':<{lw}}  {'saving':>8}  {'new peak':>9}  {'verdict':<7}  cost")
         for o in sorted(result.remedies, key=lambda o: -o.saving(est)):
-            lines.append(f"  {o.remedy.label:<{lw}}  {gib(o.saving(est)):>4} GiB  {gib(o.estimate.point):>5} GiB  "
-                         f"{o.estimate.verdict:<7}  {o.remedy.cost}")
+            lines.append(
+                f"  {o.remedy.label:<{lw}}  {gib(o.saving(est)):>4} GiB  {gib(o.estimate.point):>5} GiB  "
+                f"{o.estimate.verdict:<7}  {o.remedy.cost}"
+            )
         lines.append("")
         if result.combination:
             c = result.combination
-            lines.append(f"smallest combination that fits: {' + '.join(c.labels)} -> {gib(c.estimate.point)} GiB "
-                         f"({gib(c.estimate.lower)}–{gib(c.estimate.upper)})")
+            lines.append(
+                f"smallest combination that fits: {' + '.join(c.labels)} -> {gib(c.estimate.point)} GiB "
+                f"({gib(c.estimate.lower)}–{gib(c.estimate.upper)})"
+            )
         else:
             lines.append("nothing here fits this card.")
     lines.append("")
     lines.append("read from:")
-    for key in ("model", "params", "mode", "batch", "seq", "image", "context", "precision", "optimizer", "world",
-                "sharding", "offload", "checkpointing", "attention", "lora", "lora_targets", "gpu"):
+    for key in (
+        "model",
+        "params",
+        "mode",
+        "batch",
+        "seq",
+        "image",
+        "context",
+        "precision",
+        "optimizer",
+        "world",
+        "sharding",
+        "offload",
+        "checkpointing",
+        "attention",
+        "lora",
+        "lora_targets",
+        "gpu",
+    ):
         if key in s:
             val = s[key].value
             if isinstance(val, list):
@@ -166,26 +207,54 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
 
 def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any]:
     est = result.estimate
-    doc: Dict[str, Any] = {"file": filename, "errors": [dict(line=e.line, col=e.col, message=e.message)
-                                                        for e in result.errors]}
+    doc: Dict[str, Any] = {
+        "file": filename,
+        "errors": [dict(line=e.line, col=e.col, message=e.message) for e in result.errors],
+    }
     if est is None:
         doc["estimate"] = None
         return doc
     doc["inputs"] = {k: {"value": v.value, "source": v.source} for k, v in est.settings.items()}
     doc["params"] = {"total": est.params_total, "trainable": est.params_trainable}
-    doc["terms"] = [dict(name=t.name, lower=int(t.lower), point=int(t.point), upper=int(t.upper), note=t.note)
-                    for t in est.terms]
-    doc["peak"] = {"lower": int(est.lower), "point": int(est.point), "upper": int(est.upper),
-                   "point_gib": round(est.point / GIB, 3)}
+    doc["terms"] = [
+        dict(name=t.name, lower=int(t.lower), point=int(t.point), upper=int(t.upper), note=t.note)
+        for t in est.terms
+    ]
+    doc["peak"] = {
+        "lower": int(est.lower),
+        "point": int(est.point),
+        "upper": int(est.upper),
+        "point_gib": round(est.point / GIB, 3),
+    }
     if est.target:
-        doc["target"] = {"name": est.target["name"], "gpu": est.target.get("gpu"), "count": est.target.get("count"),
-                         "capacity": int(est.capacity), "context": int(est.context), "reserve": int(est.reserve),
-                         "usable": int(est.usable)}
+        doc["target"] = {
+            "name": est.target["name"],
+            "gpu": est.target.get("gpu"),
+            "count": est.target.get("count"),
+            "capacity": int(est.capacity),
+            "context": int(est.context),
+            "reserve": int(est.reserve),
+            "usable": int(est.usable),
+        }
         doc["verdict"] = est.verdict
-        doc["remedies"] = [dict(remedy=o.remedy.label, saving=int(o.saving(est)), new_peak=int(o.estimate.point),
-                                verdict=o.estimate.verdict, cost=o.remedy.cost) for o in result.remedies]
-        doc["combination"] = (dict(remedies=result.combination.labels, peak=int(result.combination.estimate.point),
-                                   upper=int(result.combination.estimate.upper))
-                              if result.combination else None)
+        doc["remedies"] = [
+            dict(
+                remedy=o.remedy.label,
+                saving=int(o.saving(est)),
+                new_peak=int(o.estimate.point),
+                verdict=o.estimate.verdict,
+                cost=o.remedy.cost,
+            )
+            for o in result.remedies
+        ]
+        doc["combination"] = (
+            dict(
+                remedies=result.combination.labels,
+                peak=int(result.combination.estimate.point),
+                upper=int(result.combination.estimate.upper),
+            )
+            if result.combination
+            else None
+        )
     doc["notes"] = est.notes + (result.facts.notes if result.facts else [])
     return doc

@@ -25,29 +25,95 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import db
-from .config_comments import ATTENTIONS, OPTIMIZERS, PRECISIONS, SHARDINGS, Value
+from .config_comments import ATTENTIONS, OPTIMIZERS, PRECISIONS, Value
 
 OPTIMIZER_CLASSES = {
-    "adamw": "adamw", "adam": "adam", "fusedadam": "adam", "sgd": "sgd", "adafactor": "adafactor",
-    "adamw8bit": "adamw-8bit", "adam8bit": "adamw-8bit", "pagedadamw8bit": "paged-adamw-8bit",
-    "pagedadam8bit": "paged-adamw-8bit", "pagedadamw": "paged-adamw", "pagedadamw32bit": "paged-adamw",
-    "lion": "lion", "lion8bit": "lion-8bit", "deepspeedcpuadam": "adamw", "adamwschedulefree": "adamw",
+    "adamw": "adamw",
+    "adam": "adam",
+    "fusedadam": "adam",
+    "sgd": "sgd",
+    "adafactor": "adafactor",
+    "adamw8bit": "adamw-8bit",
+    "adam8bit": "adamw-8bit",
+    "pagedadamw8bit": "paged-adamw-8bit",
+    "pagedadam8bit": "paged-adamw-8bit",
+    "pagedadamw": "paged-adamw",
+    "pagedadamw32bit": "paged-adamw",
+    "lion": "lion",
+    "lion8bit": "lion-8bit",
+    "deepspeedcpuadam": "adamw",
+    "adamwschedulefree": "adamw",
 }
-OPTIMIZER_MODULES = ("torch.optim", "bitsandbytes", "bnb", "transformers", "deepspeed", "lion_pytorch",
-                     "apex", "timm.optim", "schedulefree", "torchao")
-HF_TRAINERS = ("Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "ORPOTrainer", "GRPOTrainer",
-               "RewardTrainer", "KTOTrainer", "PPOTrainer")
-HF_ARGS = ("TrainingArguments", "Seq2SeqTrainingArguments", "SFTConfig", "DPOConfig", "ORPOConfig",
-           "GRPOConfig", "RewardConfig", "KTOConfig")
-SEQ_NAMES = ("max_seq_length", "max_seq_len", "max_length", "seq_len", "seq_length", "sequence_length",
-             "block_size", "context_length", "max_len", "ctx_len", "n_ctx", "model_max_length", "max_source_length",
-             "cutoff_len")
-BATCH_NAMES = ("batch_size", "per_device_train_batch_size", "micro_batch_size", "train_batch_size", "bs",
-               "per_gpu_train_batch_size", "train_micro_batch_size_per_gpu")
+OPTIMIZER_MODULES = (
+    "torch.optim",
+    "bitsandbytes",
+    "bnb",
+    "transformers",
+    "deepspeed",
+    "lion_pytorch",
+    "apex",
+    "timm.optim",
+    "schedulefree",
+    "torchao",
+)
+HF_TRAINERS = (
+    "Trainer",
+    "Seq2SeqTrainer",
+    "SFTTrainer",
+    "DPOTrainer",
+    "ORPOTrainer",
+    "GRPOTrainer",
+    "RewardTrainer",
+    "KTOTrainer",
+    "PPOTrainer",
+)
+HF_ARGS = (
+    "TrainingArguments",
+    "Seq2SeqTrainingArguments",
+    "SFTConfig",
+    "DPOConfig",
+    "ORPOConfig",
+    "GRPOConfig",
+    "RewardConfig",
+    "KTOConfig",
+)
+SEQ_NAMES = (
+    "max_seq_length",
+    "max_seq_len",
+    "max_length",
+    "seq_len",
+    "seq_length",
+    "sequence_length",
+    "block_size",
+    "context_length",
+    "max_len",
+    "ctx_len",
+    "n_ctx",
+    "model_max_length",
+    "max_source_length",
+    "cutoff_len",
+)
+BATCH_NAMES = (
+    "batch_size",
+    "per_device_train_batch_size",
+    "micro_batch_size",
+    "train_batch_size",
+    "bs",
+    "per_gpu_train_batch_size",
+    "train_micro_batch_size_per_gpu",
+)
 IMAGE_NAMES = ("image_size", "img_size", "resolution", "crop_size", "input_size", "image_side")
 MAX_NEW_NAMES = ("max_new_tokens",)
-DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
-          "float32": "fp32", "float": "fp32", "fp32": "fp32"}
+DTYPES = {
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp16": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "fp32": "fp32",
+}
 
 
 class _Unknown(Exception):
@@ -134,27 +200,45 @@ class _Reader:
         if isinstance(node, ast.BinOp):
             a, ha = self.ev(node.left)
             b, hb = self.ev(node.right)
-            ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y, ast.Mult: lambda x, y: x * y,
-                   ast.FloorDiv: lambda x, y: x // y, ast.Div: lambda x, y: x / y, ast.Pow: lambda x, y: x ** y,
-                   ast.Mod: lambda x, y: x % y}
+            ops = {
+                ast.Add: lambda x, y: x + y,
+                ast.Sub: lambda x, y: x - y,
+                ast.Mult: lambda x, y: x * y,
+                ast.FloorDiv: lambda x, y: x // y,
+                ast.Div: lambda x, y: x / y,
+                ast.Pow: lambda x, y: x**y,
+                ast.Mod: lambda x, y: x % y,
+            }
             fn = ops.get(type(node.op))
             if fn is None or not all(isinstance(v, (int, float)) for v in (a, b)):
                 if isinstance(node.op, ast.Add) and isinstance(a, str) and isinstance(b, str):
                     return a + b, ha or hb
                 raise _Unknown()
-            if isinstance(b, (int, float)) and b == 0 and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
+            if (
+                isinstance(b, (int, float))
+                and b == 0
+                and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod))
+            ):
                 raise _Unknown()
             if isinstance(node.op, ast.Pow) and abs(b) > 64:
                 raise _Unknown()
             return fn(a, b), ha or hb
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float", "str") \
-                and len(node.args) == 1:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("int", "float", "str")
+            and len(node.args) == 1
+        ):
             v, how = self.ev(node.args[0])
             try:
                 return {"int": int, "float": float, "str": str}[node.func.id](v), how
             except (TypeError, ValueError):
                 raise _Unknown()
-        if isinstance(node, ast.Call) and self.qual(node.func).endswith("environ.get") and len(node.args) >= 2:
+        if (
+            isinstance(node, ast.Call)
+            and self.qual(node.func).endswith("environ.get")
+            and len(node.args) >= 2
+        ):
             return self.ev(node.args[1])
         if isinstance(node, ast.Call) and self.qual(node.func).endswith("getenv") and len(node.args) >= 2:
             return self.ev(node.args[1])
@@ -194,7 +278,15 @@ class _Reader:
             if isinstance(node, ast.Call):
                 try:
                     self.on_call(node)
-                except (_Unknown, RecursionError, TypeError, ValueError, AttributeError, KeyError, IndexError):
+                except (
+                    _Unknown,
+                    RecursionError,
+                    TypeError,
+                    ValueError,
+                    AttributeError,
+                    KeyError,
+                    IndexError,
+                ):
                     continue
             elif isinstance(node, (ast.With, ast.AsyncWith)):
                 for item in node.items:
@@ -208,7 +300,9 @@ class _Reader:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    self.imports[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    self.imports[a.asname or a.name.split(".")[0]] = (
+                        a.name if a.asname else a.name.split(".")[0]
+                    )
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for a in node.names:
                     self.imports[a.asname or a.name] = f"{node.module}.{a.name}"
@@ -216,7 +310,11 @@ class _Reader:
     def collect_bindings(self, body: List[ast.stmt], top: bool = False) -> None:
         """Constants, argparse defaults and dataclass fields, in source order."""
         for stmt in body:
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):
                 name = stmt.targets[0].id
                 if isinstance(stmt.value, ast.Call):
                     self.calls_by_name[name] = stmt.value
@@ -226,7 +324,11 @@ class _Reader:
                 if value is not None:
                     self.env[name] = (value, stmt.lineno, how)
                     self.on_constant(name, value, stmt.lineno, how)
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            elif (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.value is not None
+            ):
                 name = stmt.target.id
                 node = stmt.value
                 if isinstance(node, ast.Call) and self.qual(node.func).split(".")[-1] == "field":
@@ -246,8 +348,9 @@ class _Reader:
                             self.collect_bindings(h.body)
                     else:
                         self.collect_bindings(inner)
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)) and isinstance(getattr(stmt, "value", None),
-                                                                                        ast.Call):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)) and isinstance(
+                getattr(stmt, "value", None), ast.Call
+            ):
                 self.on_add_argument(stmt.value)
 
     def on_add_argument(self, call: ast.Call) -> None:
@@ -282,8 +385,16 @@ class _Reader:
     def on_constant(self, name: str, value: Any, line: int, how: str) -> None:
         low = name.lower()
         if isinstance(value, bool):
-            if low in ("gradient_checkpointing", "grad_checkpointing", "use_gradient_checkpointing",
-                       "activation_checkpointing") and value:
+            if (
+                low
+                in (
+                    "gradient_checkpointing",
+                    "grad_checkpointing",
+                    "use_gradient_checkpointing",
+                    "activation_checkpointing",
+                )
+                and value
+            ):
                 self.put("checkpointing", "on", line, 1, how)
             if low in ("bf16",) and value:
                 self.put("precision", "bf16-mixed", line, 1, how)
@@ -302,16 +413,37 @@ class _Reader:
             elif low in MAX_NEW_NAMES:
                 self.put("new_tokens", value, line, 1, how)
         if isinstance(value, str):
-            if low in ("model_name", "model_id", "model_name_or_path", "base_model", "model", "model_path",
-                       "pretrained_model_name_or_path", "checkpoint", "model_checkpoint"):
+            if low in (
+                "model_name",
+                "model_id",
+                "model_name_or_path",
+                "base_model",
+                "model",
+                "model_path",
+                "pretrained_model_name_or_path",
+                "checkpoint",
+                "model_checkpoint",
+            ):
                 key = db.find_model(value)
                 if key:
                     self.put("model", key, line, 1, how)
             elif low in ("optim", "optimizer") and value.lower() in OPTIMIZERS:
                 self.put("optimizer", OPTIMIZERS[value.lower()], line, 1, how)
-            elif low in ("precision", "mixed_precision", "dtype", "torch_dtype") and value.lower() in PRECISIONS:
-                self.put("precision", PRECISIONS[value.lower()] if low not in ("dtype", "torch_dtype") else
-                         DTYPES.get(value.lower(), PRECISIONS[value.lower()]), line, 1, how)
+            elif (
+                low in ("precision", "mixed_precision", "dtype", "torch_dtype")
+                and value.lower() in PRECISIONS
+            ):
+                self.put(
+                    "precision",
+                    (
+                        PRECISIONS[value.lower()]
+                        if low not in ("dtype", "torch_dtype")
+                        else DTYPES.get(value.lower(), PRECISIONS[value.lower()])
+                    ),
+                    line,
+                    1,
+                    how,
+                )
             elif low in ("attn_implementation", "attention") and value.lower() in ATTENTIONS:
                 self.put("attention", ATTENTIONS[value.lower()], line, 1, how)
 
@@ -339,7 +471,13 @@ class _Reader:
             self.on_bnb(call)
         elif last == "LoraConfig":
             r, how = self.value_of(call, "r")
-            self.put("lora", int(r) if isinstance(r, int) else 8, line, 3, how or ("" if r else "LoraConfig default r=8"))
+            self.put(
+                "lora",
+                int(r) if isinstance(r, int) else 8,
+                line,
+                3,
+                how or ("" if r else "LoraConfig default r=8"),
+            )
             targets, _ = self.value_of(call, "target_modules")
             if isinstance(targets, str):
                 targets = ["all-linear"] if targets == "all-linear" else [targets]
@@ -353,13 +491,19 @@ class _Reader:
                 self.put("checkpointing", "on", line, 3, how or "prepare_model_for_kbit_training")
         elif last == "gradient_checkpointing_enable":
             self.put("checkpointing", "on", line, 4)
-        elif q.startswith("torch.utils.checkpoint") or q in ("checkpoint", "checkpoint_sequential") and \
-                self.imports.get(q, "").startswith("torch.utils.checkpoint"):
+        elif (
+            q.startswith("torch.utils.checkpoint")
+            or q in ("checkpoint", "checkpoint_sequential")
+            and self.imports.get(q, "").startswith("torch.utils.checkpoint")
+        ):
             self.put("checkpointing", "on", line, 4, "torch.utils.checkpoint")
         elif last in HF_ARGS and (q.startswith(("transformers", "trl")) or q == last):
             self.on_training_arguments(call)
-        elif last in HF_TRAINERS and (q.startswith(("transformers", "trl")) or q == last and
-                                      not self.imports.get(last, "").startswith(("pytorch_lightning", "lightning"))):
+        elif last in HF_TRAINERS and (
+            q.startswith(("transformers", "trl"))
+            or q == last
+            and not self.imports.get(last, "").startswith(("pytorch_lightning", "lightning"))
+        ):
             self.mark("train", line, f"Hugging Face {last}")
             for k in ("max_seq_length", "max_length"):
                 v, how = self.value_of(call, k)
@@ -371,8 +515,11 @@ class _Reader:
             v, how = self.value_of(call, "batch_size", pos=1)
             if isinstance(v, int) and v > 0:
                 self.put("batch", v, line, 2, how)
-        elif last in ("DistributedDataParallel", "DDP") and "parallel" in q.lower() or q.endswith(
-                "nn.parallel.DistributedDataParallel"):
+        elif (
+            last in ("DistributedDataParallel", "DDP")
+            and "parallel" in q.lower()
+            or q.endswith("nn.parallel.DistributedDataParallel")
+        ):
             self.put("sharding", "ddp", line, 2)
         elif last in ("FullyShardedDataParallel", "FSDP", "fully_shard"):
             self.put("sharding", "fsdp", line, 3)
@@ -396,7 +543,8 @@ class _Reader:
         elif last == "scaled_dot_product_attention":
             self.put("attention", "sdpa", line, 1)
         elif last.lower().replace("_", "") in OPTIMIZER_CLASSES and (
-                q.startswith(OPTIMIZER_MODULES) or "optim" in q.lower()):
+            q.startswith(OPTIMIZER_MODULES) or "optim" in q.lower()
+        ):
             name = OPTIMIZER_CLASSES[last.lower().replace("_", "")]
             if name == "sgd":
                 mom, _ = self.value_of(call, "momentum")
@@ -428,12 +576,21 @@ class _Reader:
             model, how = self.value_of(call, "model")
             if isinstance(model, str):
                 self.on_model_id(model, line, how, prio=3)
-            if task in ("text-generation", "text2text-generation", "summarization", "translation",
-                        "automatic-speech-recognition"):
+            if task in (
+                "text-generation",
+                "text2text-generation",
+                "summarization",
+                "translation",
+                "automatic-speech-recognition",
+            ):
                 self.mark("generate", line, f"pipeline('{task}')")
             else:
                 self.mark("inference", line, "pipeline")
-        elif last in ("half", "bfloat16") and isinstance(call.func, ast.Attribute) and self.is_model(call.func.value):
+        elif (
+            last in ("half", "bfloat16")
+            and isinstance(call.func, ast.Attribute)
+            and self.is_model(call.func.value)
+        ):
             self.put("precision", "fp16" if last == "half" else "bf16", line, 2)
         elif last == "to" and isinstance(call.func, ast.Attribute) and self.is_model(call.func.value):
             for a in list(call.args) + [k.value for k in call.keywords if k.arg == "dtype"]:
@@ -446,8 +603,9 @@ class _Reader:
             name, how = self.value_of(call, "model_name", pos=0)
             if isinstance(name, str):
                 self.on_model_id(name, line, how, prio=3)
-        elif q.startswith("torchvision.models") or (q.startswith("models.") and "torchvision" in
-                                                     self.imports.get("models", "")):
+        elif q.startswith("torchvision.models") or (
+            q.startswith("models.") and "torchvision" in self.imports.get("models", "")
+        ):
             key = db.find_model(last)
             if key:
                 self.put("model", key, line, 3)
@@ -463,7 +621,9 @@ class _Reader:
                 v, how = self.try_ev(k.value)
                 if isinstance(v, str) and v.lower() in ATTENTIONS:
                     self.put("attention", ATTENTIONS[v.lower()], line, 3, how)
-            elif k.arg in ("max_length", "max_seq_length", "block_size", "seq_len") and last not in ("generate",):
+            elif k.arg in ("max_length", "max_seq_length", "block_size", "seq_len") and last not in (
+                "generate",
+            ):
                 v, how = self.try_ev(k.value)
                 if isinstance(v, int) and v > 0:
                     self.put("seq", v, line, 2, how)
@@ -487,8 +647,18 @@ class _Reader:
 
     def on_from_pretrained(self, call: ast.Call, q: str) -> None:
         owner = q.rsplit(".", 1)[0].split(".")[-1]
-        if any(s in owner for s in ("Tokenizer", "Processor", "FeatureExtractor", "ImageProcessor", "Scheduler",
-                                    "GenerationConfig", "PeftConfig")):
+        if any(
+            s in owner
+            for s in (
+                "Tokenizer",
+                "Processor",
+                "FeatureExtractor",
+                "ImageProcessor",
+                "Scheduler",
+                "GenerationConfig",
+                "PeftConfig",
+            )
+        ):
             return
         line = call.lineno
         ident, how = self.value_of(call, "pretrained_model_name_or_path", pos=0)
@@ -582,9 +752,17 @@ class _Reader:
         if parent:
             self.lightning_trainers.add(parent)
         prec, how = self.value_of(call, "precision")
-        mapping = {"16": "fp16-mixed", "16-mixed": "fp16-mixed", "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed",
-                   "32": "fp32", "32-true": "fp32", "bf16-true": "bf16", "16-true": "fp16",
-                   "transformer-engine": "bf16-mixed"}
+        mapping = {
+            "16": "fp16-mixed",
+            "16-mixed": "fp16-mixed",
+            "bf16": "bf16-mixed",
+            "bf16-mixed": "bf16-mixed",
+            "32": "fp32",
+            "32-true": "fp32",
+            "bf16-true": "bf16",
+            "16-true": "fp16",
+            "transformer-engine": "bf16-mixed",
+        }
         if prec is not None and str(prec) in mapping:
             self.put("precision", mapping[str(prec)], line, 3, how)
         devices, how = self.value_of(call, "devices", "gpus")
@@ -629,14 +807,19 @@ class _Reader:
             if isinstance(value, dict):
                 config = value
             elif isinstance(value, str) and value.endswith(".json"):
-                path = value if os.path.isabs(value) else os.path.join(os.path.dirname(os.path.abspath(self.filename)),
-                                                                       value)
+                path = (
+                    value
+                    if os.path.isabs(value)
+                    else os.path.join(os.path.dirname(os.path.abspath(self.filename)), value)
+                )
                 try:
                     with open(path, encoding="utf-8") as handle:
                         config = json.load(handle)
                     self.facts.notes.append(f"DeepSpeed config read from {value}")
                 except (OSError, ValueError):
-                    self.facts.notes.append(f"DeepSpeed config {value} named at line {line} could not be read")
+                    self.facts.notes.append(
+                        f"DeepSpeed config {value} named at line {line} could not be read"
+                    )
                     return
         if not isinstance(config, dict):
             return
@@ -646,10 +829,16 @@ class _Reader:
             stage = zero.get("stage")
             if stage in (1, 2, 3):
                 self.put("sharding", f"zero{stage}", where, 4, how)
-            opt_dev = (zero.get("offload_optimizer") or {}).get("device") if isinstance(
-                zero.get("offload_optimizer"), dict) else None
-            par_dev = (zero.get("offload_param") or {}).get("device") if isinstance(
-                zero.get("offload_param"), dict) else None
+            opt_dev = (
+                (zero.get("offload_optimizer") or {}).get("device")
+                if isinstance(zero.get("offload_optimizer"), dict)
+                else None
+            )
+            par_dev = (
+                (zero.get("offload_param") or {}).get("device")
+                if isinstance(zero.get("offload_param"), dict)
+                else None
+            )
             if opt_dev in ("cpu", "nvme") and par_dev in ("cpu", "nvme"):
                 self.put("offload", "both", where, 4, how)
             elif opt_dev in ("cpu", "nvme"):
@@ -689,8 +878,12 @@ class _Reader:
 
 def _annotate_targets(tree: ast.AST) -> None:
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             node.value._vram_target = node.targets[0].id  # type: ignore[attr-defined]
 
 
@@ -703,8 +896,12 @@ def read_script(tree: Optional[ast.AST], filename: str = "<script>") -> ScriptFa
         reader = _Reader(tree, filename)
         # remember which names hold HF trainers (for .train())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
                 q = node.value.func
                 name = q.attr if isinstance(q, ast.Attribute) else q.id if isinstance(q, ast.Name) else ""
                 if name in HF_TRAINERS:

@@ -1,0 +1,58 @@
+"""Torch-free helpers shared by the calibration scripts and the calibration tests: the
+estimator's view of a calibration config, and re-estimation of measured rows."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from vram_estimator import estimate as E  # noqa: E402
+
+
+def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):
+    stored, _one, _note, _m = E.activation_bytes(
+        family, cfg, None, batch, seq, image, precision, attention, ckpt, True, dec_seq=dec_seq
+    )
+    return stored
+
+
+FAMILY = {"decoder_gated": "llama", "decoder_gelu": "gpt2", "encoder": "bert", "encdec": "bart", "vit": "vit"}
+
+
+def est_config(style, c):
+    """The estimator's view of a calibration config (torch-free; mirrors the builders above)."""
+    h, layers, heads, ff = c["h"], c["layers"], c["heads"], c["ff"]
+    if style == "decoder_gated":
+        return dict(hidden=h, layers=layers, heads=heads, kv_heads=c["kv"], ff=ff, vocab=256, tied=False)
+    if style == "decoder_gelu":
+        return dict(hidden=h, layers=layers, heads=heads, ff=ff, vocab=256, positions=4096)
+    if style == "encoder":
+        return dict(hidden=h, layers=layers, heads=heads, ff=ff, vocab=256, positions=4096)
+    if style == "encdec":
+        return dict(hidden=h, layers=layers, dec_layers=layers, heads=heads, ff=ff, vocab=256, positions=4096)
+    image = {16: 64, 32: 96, 64: 128}.get(c["seq"], 64)
+    return dict(hidden=h, layers=layers, heads=heads, ff=ff, patch=16, image=image, classes=1000)
+
+
+def reestimate(rows):
+    """Recompute every row's estimate and error with the current coefficients (torch-free)."""
+    E.coefficients.cache_clear()
+    for r in rows:
+        cfg = est_config(r["style"], r["config"])
+        r["family"] = FAMILY[r["style"]]
+        r["estimate"] = estimate_of(
+            r["family"],
+            cfg,
+            r["config"]["batch"],
+            r["config"]["seq"],
+            cfg.get("image", 224),
+            r["precision"],
+            r["attention"],
+            r["checkpointing"],
+        )
+        r["error_pct"] = round((r["estimate"] - r["measured"]) / r["measured"] * 100, 2)
+    return rows
