@@ -159,6 +159,7 @@ def test_through_flake8_with_config_option(tmp_path):
             TPF1 = vram_estimator.flake8_plugin:VramChecker
         paths = {root}
         """)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     (tmp_path / "setup.cfg").write_text("[flake8]\nselect = TPF1\nvram-gpu = t4\n" + local)
     (tmp_path / "train.py").write_text(
         "# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n"
@@ -170,6 +171,7 @@ def test_through_flake8_with_config_option(tmp_path):
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=env,
     )
     assert proc.stderr == ""
     lines = proc.stdout.strip().splitlines()
@@ -181,6 +183,7 @@ def test_through_flake8_with_config_option(tmp_path):
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=env,
     )
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train.py:1:1: TPF100 [error]")
@@ -190,5 +193,6 @@ def test_through_flake8_with_config_option(tmp_path):
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=env,
     )
     assert proc.stdout.strip() == ""
