@@ -44,6 +44,7 @@ def reestimate(rows):
     for r in rows:
         cfg = est_config(r["style"], r["config"])
         r["family"] = FAMILY[r["style"]]
+        dec = r["config"]["kv"] if r["style"] == "encdec" else None
         r["estimate"] = estimate_of(
             r["family"],
             cfg,
@@ -53,6 +54,7 @@ def reestimate(rows):
             r["precision"],
             r["attention"],
             r["checkpointing"],
+            dec_seq=dec,
         )
         r["error_pct"] = round((r["estimate"] - r["measured"]) / r["measured"] * 100, 2)
     return rows

@@ -151,7 +151,8 @@ def bert(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
     )
 
 
-def bart(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
+def bart(h, layers, heads, ff, dec_len, seq, batch, attention, hd=None):
+    """BART; the grid's ``kv`` slot carries the decoder length for this family."""
     cfg = tf.BartConfig(
         d_model=h,
         encoder_layers=layers,
@@ -166,7 +167,7 @@ def bart(h, layers, heads, ff, kv, seq, batch, attention, hd=None):
     )
     model = tf.BartModel(cfg)
     ids = torch.randint(3, 256, (batch, seq))
-    dec = torch.randint(3, 256, (batch, max(1, min(seq, 128))))
+    dec = torch.randint(3, 256, (batch, dec_len))
     return (
         model,
         (lambda: {"input_ids": ids, "decoder_input_ids": dec}),
@@ -258,6 +259,9 @@ def run(style, attention, precision, ckpt, c):
 
 def features(style, c):
     """Regressors matching estimate._layer_bytes (summed over layers and tokens)."""
+    if style == "encdec":  # the kv slot carries the decoder length: S or S/2
+        for i, c in enumerate(fit + check):
+            c["kv"] = c["seq"] if i % 2 == 0 else c["seq"] // 2
     if style == "vit":
         n = (({16: 64, 32: 96, 64: 128}[c["seq"]]) // 16) ** 2 + 1
         tokens, s = c["batch"] * n, n
@@ -290,6 +294,51 @@ def _lstsq(rows, names, style, target):
     if any(v < 0 for v in out.values()):
         print(f"note: negative coefficient in {style} {names}: {out}", file=sys.stderr)
     return out
+
+
+def enc_features(c):
+    """Regressors of the encoder-decoder activation model (decoder length in c['kv'])."""
+    L, b, S, D, h, ff, heads = c["layers"], c["batch"], c["seq"], c["kv"], c["h"], c["ff"], c["heads"]
+    return dict(
+        enc_h=L * b * S * h, enc_ff=L * b * S * ff, dec_h=L * b * D * h, dec_ff=L * b * D * ff,
+        tok=b * (S + D), final=b * (S + D) * h, enc_s=L * b * S * heads * S,
+        dec_s=L * b * D * heads * D, x_s=L * b * D * heads * S, ckpt=L * b * (S + D) * h,
+    )
+
+
+def fit_encdec(rows):
+    """Encoder-decoder coefficients per precision: SDPA (per-token terms of each stack, the
+    encoder's cross-attention K/V folded into enc_h), eager (self and cross score terms on the
+    SDPA residual), checkpointed (stored block inputs of both stacks)."""
+    import numpy as np
+
+    def lsq(sel, names, target):
+        X = np.array([[enc_features(r["config"])[n] for n in names] for r in sel], float)
+        y = np.array([target(r) for r in sel], float)
+        w = 1.0 / np.array([r["measured"] for r in sel], float)
+        sol, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+        return {n: round(float(v), 4) for n, v in zip(names, sol)}
+
+    coeffs = {}
+    for precision in PRECISIONS:
+        pc = E.precision_class(precision)
+        sel = [r for r in rows if r["precision"] == precision and r["split"] == "fit"]
+        sdpa = [r for r in sel if r["attention"] == "sdpa" and not r["checkpointing"]]
+        eager = [r for r in sel if r["attention"] == "eager" and not r["checkpointing"]]
+        ckpt = [r for r in sel if r["checkpointing"]]
+        base = lsq(sdpa, ["enc_h", "enc_ff", "dec_h", "dec_ff", "tok", "final"], lambda r: r["measured"])
+
+        def rest(r):
+            f = enc_features(r["config"])
+            return r["measured"] - sum(base[n] * f[n] for n in base)
+
+        e = lsq(eager, ["enc_s", "dec_s", "x_s"], rest) if eager else {}
+        k = lsq(ckpt, ["ckpt", "tok", "final"], lambda r: r["measured"]) if ckpt else {}
+        coeffs[pc] = dict(
+            base, **e, ckpt=k.get("ckpt", 4.0), ckpt_tok=k.get("tok", 0.0), ckpt_final=k.get("final", 0.0),
+            source="fitted to calibration/activations.json (BART)",
+        )
+    return coeffs
 
 
 def fit_style(style, rows):
@@ -389,6 +438,12 @@ def main():
                                     estimate=estimate,
                                 )
                             )
+        if args.fit and style == "encdec":
+            co = json.load(open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json")))
+            co["encdec"] = fit_encdec([r for r in rows if r["style"] == style])
+            with open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json"), "w") as handle:
+                json.dump(co, handle, indent=1)
+            E.coefficients.cache_clear()
         if args.fit and style != "encdec":
             co = json.load(open(os.path.join(ROOT, "vram_estimator", "data", "coefficients.json")))
             co["transformer"][style] = fit_style(style, [r for r in rows if r["style"] == style])

@@ -1,6 +1,7 @@
 """The committed calibration data agrees with the committed coefficients, and the accuracy
-targets hold: activation term within 10 % of saved-tensor measurements for the calibrated
-decoder family, published measured peaks within a 5 % mean absolute error."""
+targets hold: the activation term within 10 % of saved-tensor measurements (1618 of 1620
+configs; the other two at 10.1 %), CNN scaling exact to 0.5 %, published measured peaks within
+a 5 % mean absolute error."""
 
 import json
 import os
@@ -47,10 +48,14 @@ def test_activation_measurements_match_current_coefficients():
     assert {r["checkpointing"] for r in rows} == {True, False}
 
 
-def test_llama_family_within_10_percent_everywhere():
+def test_activation_term_within_10_percent():
     data = load("activations.json")
-    errors = [abs(r["error_pct"]) for r in data["rows"] if r["style"] == "decoder_gated"]
-    assert errors and max(errors) <= 10.0
+    rows = data["rows"]
+    within = sum(abs(r["error_pct"]) <= 10.0 for r in rows)
+    assert len(rows) >= 1500 and within / len(rows) >= 0.99
+    assert max(abs(r["error_pct"]) for r in rows) <= 10.5
+    llama = [abs(r["error_pct"]) for r in rows if r["style"] == "decoder_gated"]
+    assert llama and max(llama) <= 5.0
 
 
 def test_cnn_measurements_match_coefficients():
@@ -74,3 +79,4 @@ def test_cnn_measurements_match_coefficients():
         )
         assert measured
         assert (stored - r["measured"]) / r["measured"] * 100 == pytest.approx(r["error_pct"], abs=0.02)
+        assert abs(r["error_pct"]) <= 0.5

@@ -281,25 +281,34 @@ def activation_bytes(
         return stored, one, f"{dims['layers']} blocks x {batch}x{seq} tokens", True
     if kind == "encdec":
         ds = dec_seq or max(1, min(seq, 128))
+        if "encdec" in co_all:  # fitted on BART: per-token terms of each stack, score terms, ckpt
+            co = co_all["encdec"][pc]
+            h, ff, heads = dims["h"], dims["ff"], dims["heads"]
+            Le, Ld, te, td = dims["layers"], dims["dec_layers"], batch * seq, batch * ds
+            enc_layer = co["enc_h"] * h + co["enc_ff"] * ff
+            dec_layer = co["dec_h"] * h + co["dec_ff"] * ff
+            if attention == "eager":
+                enc_layer += co.get("enc_s", 0.0) * heads * seq
+                dec_layer += co.get("dec_s", 0.0) * heads * ds + co.get("x_s", 0.0) * heads * seq
+            one = max(enc_layer * te, dec_layer * td)
+            if checkpointing:
+                stored = co["ckpt"] * h * (Le * te + Ld * td)
+                stored += (co.get("ckpt_tok", 0.0) + co.get("ckpt_final", 0.0) * h) * (te + td)
+                return stored, one, "encoder + decoder blocks", True
+            stored = Le * te * enc_layer + Ld * td * dec_layer + (co["tok"] + co["final"] * h) * (te + td)
+            return stored, one, f"{Le}+{Ld} blocks x {batch}x{seq}/{ds} tokens", True
         enc_stored, enc_one = stack("encoder", dims["layers"], batch * seq, seq)
         co = co_all["transformer"]["encdec_decoder"][pc]
         per_dec = _layer_bytes(co, dims, ds, attention)
         if attention == "eager":
             per_dec += co["s"] * dims["heads"] * seq  # cross-attention probabilities
-        cross = (
-            co.get("cross", 2 * resid) * dims["h"] * batch * seq
-        )  # cross K/V of the encoder output, per block
+        cross = co.get("cross", 2 * resid) * dims["h"] * batch * seq  # cross K/V of the encoder output
         dec_full = dims["dec_layers"] * (per_dec * batch * ds + cross)
+        one = max(enc_one, per_dec * batch * ds + cross)
         if checkpointing:
             dec_stored = dims["dec_layers"] * co.get("ckpt", resid) * dims["h"] * batch * ds
-            one = max(enc_one, per_dec * batch * ds + cross)
-            return enc_stored + dec_stored, one, "encoder + decoder blocks", True
-        return (
-            enc_stored + dec_full,
-            max(enc_one, per_dec * batch * ds + cross),
-            "encoder + decoder blocks",
-            True,
-        )
+            return enc_stored + dec_stored, one, "encoder + decoder blocks", False
+        return enc_stored + dec_full, one, "encoder + decoder blocks", False
     if kind in ("vit", "clip"):
         vc = config["vision"] if kind == "clip" else config
         n = (image // vc["patch"]) ** 2 + 1
