@@ -235,9 +235,11 @@ def grid(style):
                 batch=batch,
             )
         )
-    if (
-        style == "vit"
-    ):  # seq selects the image side: 16 -> 64px (17 tokens), 32 -> 96px (37), 64 -> 128px (65)
+    if style == "encdec":  # the kv slot carries the decoder length: S or S/2
+        for i, c in enumerate(fit + check):
+            c["kv"] = c["seq"] if i % 2 == 0 else c["seq"] // 2
+    # for ViT, seq selects the image side: 16 -> 64px (17 tokens), 32 -> 96px (37), 64 -> 128px (65)
+    if style == "vit":
         for c in fit + check:
             c["seq"] = {32: 16, 64: 32, 48: 32, 96: 64, 40: 16}[c["seq"]]
     return fit, check
@@ -259,9 +261,6 @@ def run(style, attention, precision, ckpt, c):
 
 def features(style, c):
     """Regressors matching estimate._layer_bytes (summed over layers and tokens)."""
-    if style == "encdec":  # the kv slot carries the decoder length: S or S/2
-        for i, c in enumerate(fit + check):
-            c["kv"] = c["seq"] if i % 2 == 0 else c["seq"] // 2
     if style == "vit":
         n = (({16: 64, 32: 96, 64: 128}[c["seq"]]) // 16) ** 2 + 1
         tokens, s = c["batch"] * n, n

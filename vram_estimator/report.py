@@ -123,7 +123,8 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
         f"{est.params_trainable / 1e6:,.1f}M trainable; "
         f"mode {v('mode')}, batch {v('batch')}, seq {v('seq')}, {v('precision')}, "
         f"optimizer {v('optimizer')}, "
-        f"world {v('world')} ({v('sharding')}), checkpointing {v('checkpointing')}, attention {v('attention')}"
+        f"world {v('world')} ({v('sharding')}), checkpointing {v('checkpointing')}, "
+        f"attention {v('attention')}"
         + (f", LoRA r={v('lora')}" if v("lora") else "")
         + (f", context {v('context')}" if v("context") and v("mode") == "generate" else "")
     )
