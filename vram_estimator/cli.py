@@ -107,5 +107,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     return {"fits": 0, "tight": 1, "oom": 2}.get(result.estimate.verdict or "fits", 0)
 
 
+def _run() -> int:  # pragma: no cover - console entry with a quiet broken pipe (`| head`)
+    try:
+        return main()
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(_run())
