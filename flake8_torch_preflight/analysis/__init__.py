@@ -40,8 +40,7 @@ class FileAnalysis:
         self.index = FileIndex(tree, self.imports)
         self._facts: Dict[FunctionInfo, FunctionFacts] = {}
         self._in_progress: set = set()
-        self._global_env: Optional[Dict[str, Value]] = None
-        self._globals_pending = False
+        self._globals = _ModuleGlobals()
         self._module_facts: Optional[FunctionFacts] = None
         self._by_loop: Dict[Tuple[int, str], Dict[ast.AST, List[Site]]] = {}
         self._transitive: Dict[Tuple[str, FunctionInfo], bool] = {}
@@ -62,33 +61,27 @@ class FileAnalysis:
         if self._module_facts is None:
             facts = FunctionFacts(func=None)
             analyzer = FlowAnalyzer(self, None, facts, {}, {}, recording=True)
+            self._globals.analyzer = analyzer
             analyzer.run(self.tree.body)
             facts.env = analyzer.env
             self._module_facts = facts
         return self._module_facts
 
     @property
-    def global_env(self) -> Dict[str, Value]:
-        """Module-level names as the module body leaves them (constructors, constants)."""
-        if self._global_env is None:
-            # A cheap pass that does not follow calls into the file's own functions: their
-            # summaries need these globals, so they are computed after.
-            self._globals_pending = True
-            try:
-                analyzer = FlowAnalyzer(self, None, FunctionFacts(func=None), {}, {},
-                                        recording=False)
-                analyzer.run(self.tree.body)
-            finally:
-                self._globals_pending = False
-            self._global_env = analyzer.env
-        return self._global_env
+    def global_env(self) -> "_ModuleGlobals":
+        """Module-level names as bound so far by the module body's walk: a function called
+        from the module body sees the globals bound before the call (as Python does), and
+        every other function sees them all. One walk of the module body serves both."""
+        if self._globals.analyzer is None:
+            _ = self.module_facts   # walking the module body binds the globals
+        return self._globals
 
     def facts_for(self, func: FunctionInfo) -> FunctionFacts:
         cached = self._facts.get(func)
         if cached is not None:
             return cached
-        if func in self._in_progress or self._globals_pending:
-            return FunctionFacts(func=func)   # recursion, or module globals still being built
+        if func in self._in_progress:
+            return FunctionFacts(func=func)   # recursion: assume nothing
         self._in_progress.add(func)
         try:
             facts = FunctionFacts(func=func)
@@ -240,6 +233,19 @@ class FileAnalysis:
         if cls.is_hf_trainer:
             return "HF Trainer"
         return None
+
+
+class _ModuleGlobals:
+    """Read-only view of the module body's environment as its walk has left it so far."""
+
+    def __init__(self) -> None:
+        self.analyzer: Optional[FlowAnalyzer] = None
+
+    def get(self, name: str, default=None):
+        return self.analyzer.env.get(name, default) if self.analyzer is not None else default
+
+    def __contains__(self, name: str) -> bool:
+        return self.analyzer is not None and name in self.analyzer.env
 
 
 def iterated_name(loop: ast.AST) -> Optional[str]:
