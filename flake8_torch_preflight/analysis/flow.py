@@ -661,9 +661,10 @@ class FlowAnalyzer:
         if method == "step":
             self.maybe_step(node, recv, text, args)
             return UNKNOWN
-        if method in ("eval", "train") and (recv.has(V.MODULE) or _model_like(text)):
+        root = (text or _module_chain_root(node.func.value)) if method in ("eval", "train") else text
+        if method in ("eval", "train") and (recv.has(V.MODULE) or _model_like(root)):
             mode = "eval" if method == "eval" or (args and is_const(node.args[0], False)) else "train"
-            self.mode_call(node, mode, text)
+            self.mode_call(node, mode, root)
             return recv
         if recv.has(V.SCALER):
             if method == "scale" and args:
@@ -1037,6 +1038,14 @@ def _bind_arguments(func, args, kwargs, receiver) -> Dict[int, Value]:
         if name in func.params:
             bound[func.params.index(name)] = value
     return bound
+
+
+def _module_chain_root(expr: ast.AST) -> str:
+    """`model` for `model.to(device).cuda()`: calls that return the module itself are skipped."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _MODULE_RETURNS_SELF:
+        expr = expr.func.value
+    return dotted(expr) or ""
 
 
 def _model_like(text: str) -> bool:

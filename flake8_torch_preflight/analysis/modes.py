@@ -83,6 +83,15 @@ def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
                                                  no_grad=fwd.site.no_grad,
                                                  aliases=frozenset(aliases))))
     local_nodes = {id(c.node) for c in facts.local_calls}
+    if _trains(analysis, facts):
+        # `task.get_trainable_module().train()`, `trainable.train()`: the receiver is a value
+        # the analysis cannot see; in a function that trains it is the trained module, and
+        # it cannot be told apart from the model another helper evaluates (receiver None).
+        moded = {id(m.site.node) for m in facts.modes} | local_nodes
+        for call in facts.calls:
+            if call.method == "train" and id(call.node) not in moded and _opaque(call):
+                raw.append((_pos(call.site), 0, ModeEvent("train", None, call.site,
+                                                          call.site.line)))
     for call in facts.calls:
         if id(call.node) in local_nodes or not _project_call(call.qualname):
             continue
@@ -106,6 +115,30 @@ def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
     result = [item[2] for item in raw]
     memo[key] = result
     return result
+
+
+def _trains(analysis, facts: FunctionFacts) -> bool:
+    """The function (or module body) runs a backward pass itself or through its helpers."""
+    if facts.func is not None:
+        return analysis.function_does(facts.func, "backward")
+    return bool(facts.backwards) or any(analysis.function_does(c.callee, "backward")
+                                        for c in facts.local_calls)
+
+
+# Kinds of values whose `train()` is not `nn.Module.train` (or is already a recorded mode).
+_KNOWN_KINDS = frozenset({V.MODULE, V.OPTIMIZER, V.SCHEDULER, V.LOADER, V.ACCELERATOR, V.FABRIC,
+                          V.CONTAINER, V.LOSS_FN, V.SCALER, V.TENSOR, V.PYSCALAR})
+
+
+def _opaque(call) -> bool:
+    """`x.train()` / `x.train(True)` on a value of unknown kind, not a library function."""
+    node = call.node
+    if call.qualname or node.keywords or len(node.args) > 1:
+        return False
+    if node.args and not is_const(node.args[0], True):
+        return False
+    receiver = call.receiver or V.UNKNOWN
+    return not (receiver.tags & _KNOWN_KINDS) and receiver.cls is None
 
 
 def _pos(site: Site) -> Tuple[int, int]:

@@ -145,16 +145,22 @@ class StuckEvalMode(Rule):
         return False
 
     def _report(self, event: ModeEvent, work: ModeEvent, loop) -> Finding:
-        who = event.receiver or "the model"
+        # An unnamed receiver (`validate(task.get_eval_model(), ...)`) is described in words,
+        # never rendered as code.
+        if event.receiver:
+            who, train = f"`{event.receiver}`", f"`{event.receiver}.train()`"
+        else:
+            who, train = "the model passed to it", "`train()` call"
         if event.via:
-            what = (f"`{event.via}()` switches `{who}` to eval mode (line {event.inner_line}) "
+            what = (f"`{event.via}()` switches {who} to eval mode (line {event.inner_line}) "
                     f"in the training loop at line {loop.lineno} and nothing switches it back")
         else:
-            what = (f"`{who}.eval()` in the training loop at line {loop.lineno} is never undone")
+            call = f"{event.receiver}.eval()" if event.receiver else "eval()"
+            what = f"`{call}` in the training loop at line {loop.lineno} is never undone"
         where = f"in `{work.via}()` " if work.via else ""
         evidence = (f"the next backward {where}at line {work.inner_line} runs with no "
-                    f"`{who}.train()` after this call, going round the loop, so dropout and "
+                    f"{train} after this call, going round the loop, so dropout and "
                     f"batch-norm stay in eval mode from the next iteration on")
-        fix = (f"call `{who}.train()` at the top of the loop at line {loop.lineno} "
-               f"(or at the top of the training helper)")
+        fix = (f"call {train if event.receiver else '`train()` on the trained model'} at the "
+               f"top of the loop at line {loop.lineno} (or at the top of the training helper)")
         return self.finding(event.site, what, evidence, fix)
