@@ -73,6 +73,7 @@ from typing import Dict, Iterator, Set
 
 from ..analysis import FileAnalysis
 from ..analysis import values as V
+from ..analysis.classes import module_like
 from ..analysis.astutil import short
 from ..analysis.events import FunctionFacts, Store
 from ..findings import ERROR, WARNING, Finding
@@ -121,7 +122,7 @@ class RetainedGraph(Rule):
             return True
         func = facts.func
         local = func is not None and store.key.startswith(func.qualname + ":")
-        if local and _module_like(func.cls):
+        if local and module_like(analysis, func.cls):
             # A local list in a module method dies with the call, and autograd keeps those
             # activations for this forward's backward anyway.
             return True
@@ -157,12 +158,6 @@ class RetainedGraph(Rule):
             fix, WARNING)
 
 
-def _module_like(cls) -> bool:
-    """An nn.Module subclass, or a class with `forward` whose base we cannot resolve
-    (`class Block(MegatronModule)` imported from elsewhere in the project)."""
-    return cls is not None and (cls.is_module or cls.method("forward") is not None)
-
-
 def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:
     """The function steps the optimizer outside `loop` (one call = one optimizer step)."""
     if any(loop not in s.site.loops for s in facts.steps):
@@ -189,7 +184,7 @@ def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[
     func = facts.func
     if func is None or analysis.function_does(func, "backward"):
         return set()              # it backwards them itself: the return is for logging
-    if _module_like(func.cls):
+    if module_like(analysis, func.cls):
         return set(returns.containers)
     keys: Set[str] = set()
     todo = [returns]
