@@ -97,6 +97,76 @@ def non_blocking(call: CallSite) -> bool:
     return isinstance(flag, ast.Constant) and flag.value is True
 
 
+def batch_transfer(facts: FunctionFacts, call: CallSite) -> bool:
+    """`.to(...)`/`.cuda(...)` of a batch: the receiver's root name is bound by an enclosing
+    loop (its header or its body: `for x, y in loader`, `batch = next(it)`) or is a parameter
+    of a helper (a batch passed in); not a module, and not a value bound before the loop
+    (an EMA copy or a teacher offloaded between steps)."""
+    recv = call.receiver
+    if recv is not None and recv.has(V.MODULE) and not (recv.grad or recv.has(V.TENSOR)):
+        return False
+    head = _root_name(call.node.func.value) if isinstance(call.node.func, ast.Attribute) else None
+    if head is None or head in ("self", "cls"):
+        return False
+    for loop in call.site.loops:
+        if head in loop_targets(loop) or head in facts.loop_rebinds.get(loop, ()):
+            return True
+    return facts.func is not None and head in facts.func.params
+
+
+def _root_name(expr: ast.AST) -> Optional[str]:
+    while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+_TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset",
+                              "torch.utils.data.dataset.TensorDataset"})
+
+
+def in_memory_dataset(analysis, facts: FunctionFacts, loader: CallSite) -> Optional[int]:
+    """Line of the `TensorDataset(...)` a `DataLoader(...)` call iterates (passed directly,
+    or through a name or `self.` attribute bound to one), or None. Its items are slices of
+    tensors already in memory: no per-item host work for loader workers to hide."""
+    node = loader.node
+    arg = keyword(node, "dataset")
+    if arg is None and node.args:
+        arg = node.args[0]
+    if arg is None:
+        return None
+    if isinstance(arg, ast.Call):
+        return arg.lineno if analysis.imports.qualname(arg.func) in _TENSOR_DATASETS else None
+    text = dotted(arg)
+    if text is None:
+        return None
+    bound = _tensor_dataset_bindings(analysis)
+    return bound.get((id(facts), text)) or (bound.get((None, text)) if "." in text else None)
+
+
+def _tensor_dataset_bindings(analysis) -> Dict[tuple, int]:
+    """(id(facts), target text) and, for attributes, (None, target text) -> line, for every
+    `target = TensorDataset(...)` of the file (memoised)."""
+    cached = analysis.__dict__.get("_tpf_tensor_datasets")
+    if cached is not None:
+        return cached
+    found: Dict[tuple, int] = {}
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            stmt = call.site.stmt
+            if call.qualname not in _TENSOR_DATASETS or getattr(stmt, "value", None) is not call.node:
+                continue
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+                [getattr(stmt, "target", None)]
+            for target in targets:
+                text = dotted(target) if target is not None else None
+                if text is not None:
+                    found.setdefault((id(facts), text), call.site.line)
+                    if "." in text:
+                        found.setdefault((None, text), call.site.line)
+    analysis.__dict__["_tpf_tensor_datasets"] = found
+    return found
+
+
 def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
     """Names the loop body changes without rebinding them: `x[i] = ...`, `x += ...`,
     `x.copy_(...)`, `x.normal_()`, `xs.append(...)` (memoised per loop)."""

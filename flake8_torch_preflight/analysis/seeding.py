@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, FrozenSet, Optional, Tuple
 
+from . import project
 from .events import CallSite, FunctionFacts
 
 TORCH, TORCH_CUDA, NUMPY, RANDOM = "torch", "torch.cuda", "numpy", "random"
@@ -34,6 +35,17 @@ _SEED_ALL_NAMES = frozenset({"seed_everything", "set_seed", "set_random_seed", "
 _SEEDING_CONSTRUCTORS = ("transformers.Trainer", "transformers.Seq2SeqTrainer",
                          "transformers.trainer.Trainer", "trl.")
 
+# Namespaces whose seeding functions are all listed in `_SEEDERS` (anything else there named
+# `*seed*` reads or makes a seed, or seeds a generator object).
+_GENERATOR_LIBS = frozenset({"torch", "numpy", "random", "jax", "sklearn", "tensorflow"})
+_NOT_SEEDING_PREFIXES = ("get_", "initial_", "current_", "make_", "gen_", "generate_", "new_",
+                         "derive_", "next_", "is_", "has_")
+# `seed=` given to these seeds only the object they build.
+_OWN_SEED_WORDS = ("sampler", "loader", "rng", "generator", "dataset", "split", "shuffle",
+                   "randomstate", "seedsequence", "permutation")
+_THIRD_PARTY = project._THIRD_PARTY
+_MAX_HOPS = 3   # files followed from the linted one
+
 # Draws from the global generators.
 _NUMPY_NOT_DRAWS = frozenset({"seed", "get_state", "set_state", "default_rng", "RandomState",
                               "Generator", "SeedSequence", "PCG64", "MT19937", "Philox", "SFC64",
@@ -47,34 +59,111 @@ _TORCH_DRAWS = frozenset(f"torch.{n}" for n in "rand randn randint randperm rand
                          "randint_like normal bernoulli multinomial poisson".split())
 
 
-def call_seeds(analysis, call: CallSite) -> FrozenSet[str]:
-    """The generators this call seeds (a local helper: through its own body)."""
+def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
+    """The generators this call seeds (a local helper: through its own body; a function or
+    class of another project file: through that file's analysis)."""
     qual = call.qualname
     if qual is not None:
         if qual in _SEEDERS:
             return _SEEDERS[qual]
         last = qual.rsplit(".", 1)[-1]
-        if last in _SEED_ALL_NAMES:
+        if last in _SEED_ALL_NAMES or _seeding_constructor(qual):
             return ALL
-        if any(qual == c or (c.endswith(".") and qual.startswith(c) and qual.endswith("Trainer"))
-               for c in _SEEDING_CONSTRUCTORS):
-            return ALL
+        if qual.split(".", 1)[0] in _GENERATOR_LIBS:
+            return frozenset()   # `torch.initial_seed()`, `np.random.SeedSequence(...)`
+        if _seed_keyword(call):
+            return ALL           # `colossalai.launch_from_torch(config={}, seed=args.seed)`
+        followed = _project_seeds(analysis, qual, hops)
+        if followed:
+            return followed
+        if _seed_helper_name(last) and (call.node.args or call.node.keywords):
+            return ALL           # `utils.random_seed(args.seed, rank)`: named for it, given a seed
         return frozenset()
     if call.method == "seed_everything":
         return ALL           # `fabric.seed_everything(42)`, `L.seed_everything` via an object
+    func = call.node.func
+    if isinstance(func, ast.Name):
+        cls = analysis.index.classes.get(func.id)
+        if cls is not None:
+            return class_seeds(analysis, cls, hops)   # `MyTrainer(...)` of a Trainer subclass
     return frozenset()
 
 
-def function_seeds(analysis, func) -> FrozenSet[str]:
+def _seeding_constructor(qual: str) -> bool:
+    return any(qual == c or (c.endswith(".") and qual.startswith(c) and qual.endswith("Trainer"))
+               for c in _SEEDING_CONSTRUCTORS)
+
+
+def _seed_helper_name(last: str) -> bool:
+    """`random_seed`, `init_seeds`, `seed_all`, `setup_seed`: a helper named for seeding (not a
+    getter like `get_seed`/`initial_seed`, not a DataLoader `seed_worker`)."""
+    name = last.lower()
+    return "seed" in name and not name.startswith(_NOT_SEEDING_PREFIXES) and \
+        "worker" not in name and not last[:1].isupper()
+
+
+def _seed_keyword(call: CallSite) -> bool:
+    """A framework launch/trainer call given `seed=<value>` (not a sampler, loader or
+    generator object, which seed only themselves)."""
+    last = (call.qualname or "").rsplit(".", 1)[-1].lower()
+    if any(word in last for word in _OWN_SEED_WORDS):
+        return False
+    return any(kw.arg == "seed" and not (isinstance(kw.value, ast.Constant) and kw.value.value is None)
+               for kw in call.node.keywords)
+
+
+def _project_seeds(analysis, qual: str, hops: int) -> FrozenSet[str]:
+    """What a function or class imported from another file of the project seeds."""
+    if hops >= _MAX_HOPS or "." not in qual or qual.split(".", 1)[0] in _THIRD_PARTY:
+        return frozenset()
+    module, name = qual.rsplit(".", 1)
+    if name[:1].isupper():
+        resolved = project.resolve_class(analysis, qual)
+        return class_seeds(resolved[0], resolved[1], hops + 1) if resolved else frozenset()
+    path = project.module_file(analysis.filename, module)
+    other = project.analysis_for(path) if path is not None else None
+    if other is None or other is analysis:
+        return frozenset()
+    func = other.index.function_named(name, None)
+    if func is None:
+        target = other.imports.resolve_name(name)    # re-exported helper
+        return _project_seeds(other, target, hops + 1) if target else frozenset()
+    return function_seeds(other, func, hops + 1)
+
+
+def class_seeds(analysis, cls, hops: int = 0) -> FrozenSet[str]:
+    """Generators seeded by constructing `cls`: an HF/TRL Trainer base, or an `__init__`
+    (its own, a local base's or a project base's in another file) that seeds."""
+    memo: Dict[object, FrozenSet[str]] = analysis.__dict__.setdefault("_tpf_class_seeds", {})
+    if cls in memo:
+        return memo[cls]
+    memo[cls] = frozenset()   # recursion guard
+    result: FrozenSet[str] = frozenset()
+    if any(_seeding_constructor(b) for b in cls.bases):
+        result = ALL
+    else:
+        init = cls.methods.get("__init__")
+        if init is not None:
+            result = function_seeds(analysis, init, hops)
+        for base in cls.local_bases:
+            result |= class_seeds(analysis, base, hops)
+        for base in cls.bases:
+            if "." in base and hops < _MAX_HOPS:
+                result |= _project_seeds(analysis, base, hops)
+    memo[cls] = result
+    return result
+
+
+def function_seeds(analysis, func, hops: int = 0) -> FrozenSet[str]:
     """Generators `func` seeds, directly or through the file's functions it calls."""
     memo: Dict[object, FrozenSet[str]] = analysis.__dict__.setdefault("_tpf_function_seeds", {})
     if func in memo:
         return memo[func]
     memo[func] = frozenset()   # recursion guard
     facts = analysis.facts_for(func)
-    result = frozenset().union(*(call_seeds(analysis, c) for c in facts.calls))
+    result = frozenset().union(*(call_seeds(analysis, c, hops) for c in facts.calls))
     for local in facts.local_calls:
-        result |= function_seeds(analysis, local.callee)
+        result |= function_seeds(analysis, local.callee, hops)
     memo[func] = result
     return result
 
@@ -89,12 +178,22 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
         local_nodes = {id(lc.node): lc for lc in facts.local_calls}
         for call in facts.calls:
             lc = local_nodes.get(id(call.node))
-            gens = function_seeds(analysis, lc.callee) if lc is not None else \
-                call_seeds(analysis, call)
+            gens = call_seeds(analysis, call)     # `MyTrainer(...)`: through its bases too
+            if lc is not None:
+                gens |= function_seeds(analysis, lc.callee)
             for gen in gens:
                 line = call.site.line
                 if gen not in seeds or line < seeds[gen][0]:
                     seeds[gen] = (line, _text(call))
+    # A class of the file that trains in its methods was built to run them (`main(Trainer)`
+    # builds it elsewhere): its constructor's seeding (a project base's `__init__`) counts.
+    for cls in analysis.index.classes.values():
+        if not any(analysis.function_does(m, "backward") for m in cls.methods.values()):
+            continue
+        for gen in class_seeds(analysis, cls):
+            line = cls.node.lineno
+            if gen not in seeds or line < seeds[gen][0]:
+                seeds[gen] = (line, f"{cls.name}.__init__(...)")
     analysis.__dict__["_tpf_file_seeds"] = seeds
     return seeds
 

@@ -14,10 +14,14 @@ function that trains), and that trains through a loop or a framework's `fit`/`tr
 
 Seeding counts when done through `torch.manual_seed`, `np.random.seed`, `random.seed`, a
 library helper that seeds everything (`lightning.seed_everything`, `fabric.seed_everything`,
-`transformers.set_seed`, `accelerate.utils.set_seed`, `enable_full_determinism`, an HF
-`Trainer`, which seeds from `TrainingArguments.seed`), or a helper of the file that does
-any of these (followed through calls). `torch.use_deterministic_algorithms` and cuDNN flags
-do not seed anything.
+`transformers.set_seed`, `accelerate.utils.set_seed`, `enable_full_determinism`, an imported
+helper named for seeding and given a seed, like `utils.random_seed(seed, rank)`), a launcher
+or trainer given `seed=` (`colossalai.launch_from_torch(..., seed=s)`; not a sampler or
+generator, which seed only themselves), building an HF/TRL `Trainer` or a subclass of one
+(it seeds from `TrainingArguments.seed`), or a helper or base-class `__init__` that does
+any of these — in the file or in another file of the project (followed through calls; a
+class whose methods train counts as built). `torch.use_deterministic_algorithms` and cuDNN
+flags do not seed anything.
 
 ## Why is this bad?
 A script that seeds torch but shuffles or augments with `np.random` gives different data
@@ -60,10 +64,12 @@ for epoch in range(10):
 No autofix: where the seed comes from (a flag, a config) is the script's choice.
 
 ## Known limits
-The order of seeding and drawing is not checked (a seed anywhere in the file counts), seeds
-set in another module of the project are only seen through a helper whose name says it
-seeds (`set_seed`, `seed_everything`, `init_seeds`, …, assumed to seed everything), and
-generator objects (`np.random.default_rng(seed)`, `torch.Generator`) are not tracked.
+The order of seeding and drawing is not checked (a seed anywhere in the file counts, even
+under an `if`), seeds set in a library are only seen through a helper whose name says it
+seeds (`set_seed`, `random_seed`, `init_seeds`, …, assumed to seed everything) or a
+`seed=` argument, other project files are followed up to three files deep (a base class
+whose file cannot be found counts as not seeding), and generator objects
+(`np.random.default_rng(seed)`, `torch.Generator`) are not tracked.
 Modules that only define training functions for another script (no `__main__` guard and
 no module-level code that trains, like `engine.py` beside `main.py`) are skipped: the seed
 is usually set by the script that imports them.

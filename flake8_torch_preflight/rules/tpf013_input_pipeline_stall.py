@@ -8,8 +8,10 @@
   constant batch).
 - **note**: in a file that targets CUDA, a training `DataLoader` (iterated by a training
   loop, returned by Lightning's `train_dataloader`, or built with `shuffle=True`) with
-  `num_workers` absent or `0`, or with no `pin_memory=True` while the loop copies batches
-  with `.to(..., non_blocking=True)`.
+  `num_workers` absent or `0` (unless it iterates a `TensorDataset`, whose items are
+  slices of tensors already in memory), or with no `pin_memory=True` while the loop copies
+  batches with `.to(..., non_blocking=True)` (a batch: a name the loop binds, or a
+  parameter of a per-step helper; not a module or an EMA copy moved between steps).
 
 ## Why is this bad?
 A transfer of the same tensor every step copies identical bytes over PCIe again and again
@@ -51,7 +53,8 @@ whose name says validation; the note needs a host-to-device copy in training cod
 one the data already lives on the GPU, where loader workers cannot be used). A loader passed
 into the training function is followed one call level up; loaders built by other packages
 (HF `Trainer`, `accelerator.prepare` of a loader built elsewhere) are not checked.
-`num_workers` set from a variable is trusted.
+`num_workers` set from a variable is trusted. A `TensorDataset` is recognised when passed
+directly or through a name (or `self.` attribute) assigned from one.
 """
 from __future__ import annotations
 
@@ -62,8 +65,9 @@ from ..analysis import FileAnalysis
 from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.astutil import dotted, keyword, short
-from ..analysis.device import (cuda_evidence, hot_reason, is_transfer, loop_mutations,
-                               loop_targets, non_blocking, step_loops, transfer_target)
+from ..analysis.device import (batch_transfer, cuda_evidence, hot_reason, in_memory_dataset,
+                               is_transfer, loop_mutations, loop_targets, non_blocking,
+                               step_loops, transfer_target)
 from ..analysis.events import CallSite, FunctionFacts
 from ..analysis.index import VAL_LOADER_RE
 from ..findings import NOTE, WARNING, Finding
@@ -183,7 +187,8 @@ class InputPipelineStall(Rule):
                     continue         # batches never copied to the GPU: data already there
                 issues, fixes = [], []
                 workers = keyword(node, "num_workers")
-                if workers is None or (isinstance(workers, ast.Constant) and workers.value == 0):
+                if (workers is None or (isinstance(workers, ast.Constant) and workers.value == 0)) \
+                        and in_memory_dataset(analysis, facts, call) is None:
                     issues.append("batches are loaded in the training process "
                                   f"(`num_workers` {'absent' if workers is None else '0'})")
                     fixes.append("`num_workers=4` (or more)")
@@ -253,7 +258,7 @@ def _non_blocking_line(analysis) -> Optional[int]:
     lines = [call.site.line for facts in analysis.all_facts()
              for call in facts.calls
              if call.method in ("to", "cuda") and call.qualname is None and non_blocking(call)
-             and (_in_training_loop(analysis, facts, call) or (
+             and batch_transfer(facts, call) and (_in_training_loop(analysis, facts, call) or (
                  facts.func is not None and hot_reason(analysis, facts.func) is not None))]
     return min(lines) if lines else None
 
