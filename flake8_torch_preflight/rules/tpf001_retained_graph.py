@@ -52,9 +52,11 @@ when the stored graphs are later consumed by a backward anywhere in the file
 function that runs no backward itself returns them as a loss (perceptual / contrastive losses
 built in a helper) or as a module's output (U-Net skip connections), for `nn.Parameter`
 leaves, for loops that walk a model's layers (`for block in self.blocks`), for lists local to
-an `nn.Module` method or to a class with `forward` (they die with the call, and autograd keeps
-those activations for the backward anyway), for a local list filled by the only loop of a
-function that steps the optimizer after it (one step's micro-batches), for iterative updates
+an `nn.Module` method or to a class with `forward` or with a base from the project that
+builds `torch.nn` layers in `__init__` and never trains (they die with the call, and autograd
+keeps those activations for the backward anyway), for a local list filled by the only loop of
+a function that steps the optimizer after it, or by a `for _ in range(grad_accum_steps)` loop
+(one step's micro-batches, also with a DeepSpeed `engine.step()` inside), for iterative updates
 whose added term is computed from the accumulator itself (`x = x + dt * model(x)`: samplers,
 ODE steps), when every in-file caller runs the function under `no_grad`, and inside pytest
 `test_*` functions. `torch.autograd.grad(loss, ...)` consumes like a backward, also through
@@ -62,9 +64,9 @@ helpers that differentiate what they are passed. Overwriting an attribute each
 iteration (`self.last_loss = loss`) keeps one graph, not one per step, and is not reported;
 `self.total = self.total + loss` is. Values whose origin the analysis cannot see (a call into
 another package) are assumed not to carry a graph, and a value read back from a container
-through a breaker still counts as consuming it. A per-step list in a DeepSpeed-style step
-function (`for _ in range(accum): losses.append(loss)` with `engine.step()` inside the loop)
-is still reported as a warning, though it lives only for one step.
+through a breaker still counts as consuming it. A per-step list filled by a loop whose count
+does not name accumulation (`for _ in range(k)` with `engine.step()` inside) is still
+reported as a warning, though it may live only for one step.
 """
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ from typing import Dict, Iterator, Set
 
 from ..analysis import FileAnalysis
 from ..analysis import values as V
+from ..analysis.accumulation import accumulation_loop
 from ..analysis.classes import module_like
 from ..analysis.astutil import short
 from ..analysis.events import FunctionFacts, Store
@@ -126,9 +129,11 @@ class RetainedGraph(Rule):
             # A local list in a module method dies with the call, and autograd keeps those
             # activations for this forward's backward anyway.
             return True
-        if local and len(store.site.loops) == 1 and _steps_after(analysis, facts, innermost):
+        if local and len(store.site.loops) == 1 and (
+                _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
+                and analysis.loop_does(facts, innermost, "backward")):
             # Micro-batches of one optimizer step: bounded by the accumulation count, and
-            # the list dies with the call.
+            # the list dies with the call (also `for _ in range(grad_accum): ... engine.step()`).
             return True
         return store.key in consumed or store.key in returned
 

@@ -50,7 +50,10 @@ teacher, an EMA copy or a VAE called under `no_grad` or frozen with `requires_gr
 and when a function imported from the project (whose body is not visible) is called with the
 model on the way back, since it may call `train()`. Receivers are matched by name and through
 the arguments of file-local helpers; a model reached under two unrelated names (`net =
-model.module` then `net.eval()`) is not tracked. Each `eval()` call is reported once.
+model.module` then `net.eval()`) is not tracked. Calls that return the module itself are seen
+through (`model.to(device).train()`), and a `train()` on a value the analysis cannot identify
+(`task.get_trainable_module().train()`) inside a function that trains counts for any model.
+Each `eval()` call is reported once.
 """
 from __future__ import annotations
 
