@@ -15,7 +15,7 @@ from typing import List
 
 from . import values as V
 from .torchapi import DDP_WRAPPERS, is_torch_nn_class
-from .modes import _project_call
+from .project import is_project_name
 from .project import resolve_class
 
 _BUILTINS = frozenset(dir(builtins))
@@ -71,6 +71,6 @@ def _project_bases(analysis, cls) -> List[str]:
         todo.extend(current.local_bases)
         for base in current.bases:
             if base and base not in analysis.index.classes and base not in _BUILTINS \
-                    and _project_call(base):
+                    and is_project_name(base):
                 out.append(base)
     return out

@@ -10,7 +10,6 @@ helper's receivers translated into the caller's names through the call's argumen
 from __future__ import annotations
 
 import ast
-import sys
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
@@ -18,16 +17,10 @@ from . import values as V
 from .astutil import dotted, is_const
 from .epochs import argument_for, cache
 from .events import FunctionFacts, Site
+from .project import is_project_name
 
 # Top-level packages that are libraries, not the project's own code: a call into them never
 # toggles the user's model back to training mode.
-_LIBRARIES = frozenset(
-    """torch torchvision torchaudio torchtext numpy np tqdm transformers accelerate lightning
-    pytorch_lightning lightning_fabric deepspeed wandb tensorboard tensorboardX datasets timm
-    sklearn scipy matplotlib PIL pandas torchmetrics einops peft diffusers apex mlflow
-    comet_ml neptune evaluate yaml omegaconf hydra rich loguru cv2 albumentations trl
-    bitsandbytes safetensors huggingface_hub tokenizers sentencepiece""".split()
-) | frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
 @dataclass(frozen=True)
@@ -93,7 +86,7 @@ def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
                 raw.append((_pos(call.site), 0, ModeEvent("train", None, call.site,
                                                           call.site.line)))
     for call in facts.calls:
-        if id(call.node) in local_nodes or not _project_call(call.qualname):
+        if id(call.node) in local_nodes or not is_project_name(call.qualname):
             continue
         texts = tuple(t for t in (dotted(a) for a in call.node.args) if t)
         texts += tuple(t for t in (dotted(k.value) for k in call.node.keywords) if t)
@@ -158,15 +151,6 @@ def _translate(text: Optional[str], func, call: ast.Call) -> Optional[str]:
     if base is None:
         return None
     return f"{base}.{rest}" if rest else base
-
-
-def _project_call(qualname: Optional[str]) -> bool:
-    """An imported function of the project itself (whose body we cannot see)."""
-    if not qualname:
-        return False
-    if qualname.startswith("."):
-        return True
-    return qualname.split(".", 1)[0] not in _LIBRARIES
 
 
 # ---------------------------------------------------------------------------------- loops

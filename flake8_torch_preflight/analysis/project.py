@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 from typing import Dict, List, Optional, Tuple
 
 from . import values as V
 
 _MAX_HOPS = 3            # re-exports followed (`from .net import Net` in `models/__init__.py`)
 _MAX_PARENTS = 4         # package directories walked up for absolute imports
+# Packages that are never the project's own: their imports are not looked up on disk.
 _THIRD_PARTY = frozenset(
-    "torch torchvision torchaudio torchtext lightning pytorch_lightning lightning_fabric "
-    "accelerate transformers deepspeed timm peft trl diffusers numpy np os sys math random "
-    "typing collections functools itertools pathlib json re logging argparse dataclasses "
-    "bitsandbytes bnb apex einops tqdm wandb sklearn scipy pandas PIL cv2 datasets".split())
+    """torch torchvision torchaudio torchtext numpy np tqdm transformers accelerate lightning
+    pytorch_lightning lightning_fabric deepspeed wandb tensorboard tensorboardX datasets timm
+    sklearn scipy matplotlib PIL pandas torchmetrics einops peft diffusers apex mlflow
+    comet_ml neptune evaluate yaml omegaconf hydra rich loguru cv2 albumentations trl
+    bitsandbytes bnb safetensors huggingface_hub tokenizers sentencepiece""".split()
+) | frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def is_project_name(qualname: Optional[str]) -> bool:
+    """An imported name that may belong to the project itself (relative, or not a library)."""
+    if not qualname:
+        return False
+    if qualname.startswith("."):
+        return True
+    return qualname.split(".", 1)[0] not in _THIRD_PARTY
+
 
 # path -> (mtime, FileAnalysis or None when it does not parse)
 _ANALYSES: Dict[str, Tuple[float, object]] = {}
