@@ -7,7 +7,7 @@ scopes of their own.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Set
 
 from .astutil import dotted
 
@@ -15,15 +15,27 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def scan_bindings(body: List[ast.stmt]) -> Tuple[Set[str], Dict[ast.AST, Set[str]]]:
-    """(names bound in `body`, loop -> names or `self.x` its body rebinds).
+def scan_bindings(body: List[ast.stmt]):
+    """(names bound in `body`, loop -> names or `self.x` its body rebinds,
+    loop -> what its body writes into without rebinding: `x[i] = …`, `x.a = …`, `x += …`).
 
     An accumulation (`acc += v`, `acc = acc + v`) does not count as a rebind: the container
     or accumulator still comes from before the loop.
     """
     names: Set[str] = set()
     rebinds: Dict[ast.AST, Set[str]] = {}
+    writes: Dict[ast.AST, Set[str]] = {}
     stack: List[ast.AST] = []
+
+    def written_into(target: ast.AST) -> None:
+        """`x.a[i] = …` writes into `x.a[i]`, `x.a` and `x`."""
+        texts = []
+        while isinstance(target, (ast.Subscript, ast.Attribute)):
+            texts.append(dotted(target))
+            target = target.value
+        texts.append(dotted(target))
+        for loop in stack:
+            writes[loop].update(t for t in texts if t is not None)
 
     def bound(text: str, accumulation: bool = False) -> None:
         if "." not in text:
@@ -37,6 +49,10 @@ def scan_bindings(body: List[ast.stmt]) -> Tuple[Set[str], Dict[ast.AST, Set[str
             if isinstance(stmt, _DEFS):
                 bound(stmt.name)
                 continue
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                    if isinstance(target, (ast.Subscript, ast.Attribute)):
+                        written_into(target)
             if isinstance(stmt, ast.Assign):
                 accumulates = isinstance(stmt.value, ast.BinOp)
                 for target in stmt.targets:
@@ -46,6 +62,7 @@ def scan_bindings(body: List[ast.stmt]) -> Tuple[Set[str], Dict[ast.AST, Set[str
                 for text in _target_texts(stmt.target):
                     bound(text)
             elif isinstance(stmt, ast.AugAssign):
+                written_into(stmt.target)
                 for text in _target_texts(stmt.target):
                     bound(text, accumulation=True)
             elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -61,6 +78,7 @@ def scan_bindings(body: List[ast.stmt]) -> Tuple[Set[str], Dict[ast.AST, Set[str
                     for text in _target_texts(stmt.target):
                         bound(text)
                 rebinds[stmt] = set()
+                writes[stmt] = set()
                 stack.append(stmt)
                 visit(stmt.body)
                 stack.pop()
@@ -70,7 +88,7 @@ def scan_bindings(body: List[ast.stmt]) -> Tuple[Set[str], Dict[ast.AST, Set[str
                 visit(child)
 
     visit(body)
-    return names, rebinds
+    return names, rebinds, writes
 
 
 def _child_bodies(stmt: ast.stmt):

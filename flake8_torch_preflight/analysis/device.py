@@ -187,18 +187,7 @@ def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
         text = dotted(target)
         if text is not None:
             names.add(text)      # the loop's own variable changes every iteration
-    todo = list(loop.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, ast.AugAssign):
-            _add_target(names, node.target)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                if isinstance(target, (ast.Subscript, ast.Attribute)):
-                    _add_target(names, target)
-        todo.extend(ast.iter_child_nodes(node))
+    names |= facts.loop_writes.get(loop, frozenset())
     cache[key] = names
     return names
 
@@ -216,17 +205,6 @@ def _flat(target):
         yield from _flat(target.value)
     elif target is not None:
         yield target
-
-
-def _add_target(names: Set[str], target: ast.AST) -> None:
-    while isinstance(target, (ast.Subscript, ast.Attribute)):
-        text = dotted(target)
-        if text is not None:
-            names.add(text)
-        target = target.value
-    text = dotted(target)
-    if text is not None:
-        names.add(text)
 
 
 # ---------------------------------------------------------------------- per-step code

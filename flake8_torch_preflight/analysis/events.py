@@ -136,6 +136,8 @@ class FunctionFacts:
     loops: List[ast.AST] = field(default_factory=list)
     loop_parents: Dict[ast.AST, Optional[ast.AST]] = field(default_factory=dict)
     loop_rebinds: Dict[ast.AST, frozenset] = field(default_factory=dict)
+    # what each loop writes into without rebinding (`x[i] = …`, `x.a = …`, `x += …`)
+    loop_writes: Dict[ast.AST, frozenset] = field(default_factory=dict)
     returns: Value = UNKNOWN
     env: Dict[str, Value] = field(default_factory=dict)
 

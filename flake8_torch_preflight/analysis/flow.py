@@ -51,7 +51,7 @@ class FlowAnalyzer:
         self.eval_mode = False
         self.scope = func.qualname if func else "<module>"
         body = func.node.body if func else analysis.tree.body
-        local_names, self.rebinds = scan_bindings(body)
+        local_names, self.rebinds, self.writes = scan_bindings(body)
         self.local_names = local_names | set(func.params) if func else None
 
     # ------------------------------------------------------------------ helpers
@@ -193,6 +193,7 @@ class FlowAnalyzer:
             facts.loops.append(node)
             facts.loop_parents[node] = self.loops[-1] if self.loops else None
             facts.loop_rebinds[node] = frozenset(self.rebinds.get(node, ()))
+            facts.loop_writes[node] = frozenset(self.writes.get(node, ()))
         before = self.env
         self.loops.append(node)
         outer_reads, self.iteration_reads = self.iteration_reads, set()
