@@ -21,12 +21,21 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
 
+device = torch.device("cuda")
 model = nn.Linear(8, 2).cuda()
 criterion = nn.CrossEntropyLoss()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loader = DataLoader(dataset, batch_size=32)
+
+
+def evaluate(model, loader):
+    model.eval()
+    return [model(x) for x, _ in loader]
+
+
 """
 
 FRAGMENTS = [
@@ -54,6 +63,20 @@ FRAGMENTS = [
     "pass",
     "n = len(losses)",
     "grads = [p.grad for p in model.parameters()]",
+    "loss = F.binary_cross_entropy_with_logits(torch.sigmoid(out), y)",
+    "loss = F.nll_loss(F.softmax(out, dim=-1), y)",
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "scaler = torch.cuda.amp.GradScaler()",
+    "scaler.scale(loss).backward()",
+    "scaler.step(optimizer)",
+    "model = DDP(model)",
+    "sampler = DistributedSampler(dataset)",
+    "loader = DataLoader(dataset, batch_size=8, sampler=sampler)",
+    "sampler.set_epoch(epoch)",
+    "model.to(device)",
+    "x = x.to(device, non_blocking=True)",
+    "torch.cuda.synchronize()",
+    "evaluate(model, loader)",
 ]
 
 BLOCKS = [
