@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from . import __version__
 from .findings import ERROR, NOTE, SEVERITY_ORDER, WARNING, Finding
+from .ruledocs import RuleDoc, parse_sections
 
 TOOL_NAME = "flake8-torch-preflight"
 INFORMATION_URI = "https://github.com/flake8-torch-preflight/flake8-torch-preflight"
@@ -91,17 +92,6 @@ def default_severity(code: str) -> str:
 
 # ---------------------------------------------------------------------------- rule docs
 
-@dataclass(frozen=True)
-class RuleDoc:
-    code: str
-    name: str
-    severity: str
-    fix_safety: Optional[str]
-    summary: str
-    markdown: str                  # the docstring minus its title line
-    sections: Mapping[str, str]
-
-
 _DOCS: Optional[Dict[str, RuleDoc]] = None
 
 
@@ -109,40 +99,16 @@ def rule_docs() -> Dict[str, RuleDoc]:
     """Every rule's documentation, from the module docstrings (and the memory codes)."""
     global _DOCS
     if _DOCS is None:
-        import sys
+        from .ruledocs import all_docs
 
-        from .rules import ALL_RULES
-
-        docs: Dict[str, RuleDoc] = {}
-        for rule in ALL_RULES:
-            module_doc = sys.modules[rule.__module__].__doc__ or ""
-            title, _, body = module_doc.strip().partition("\n")
-            summary = title.split(":", 1)[1].strip() if ":" in title else title.strip()
-            docs[rule.code] = RuleDoc(rule.code, rule.name, rule.severity, rule.fix_safety,
-                                      summary, body.strip(), _sections(body))
+        docs: Dict[str, RuleDoc] = {doc.code: doc for doc in all_docs()}
         for code, (name, severity, summary) in VRAM_RULES.items():
             body = (f"## What it does\nReports that {summary}.\n\n## Fix safety\nNo autofix.\n\n"
                     "## Known limits\nComes from the `vram_estimator` plugin; see its "
                     "documentation (`vram-estimate --help`).")
-            docs[code] = RuleDoc(code, name, severity, None, summary, body, _sections(body))
+            docs[code] = RuleDoc(code, name, severity, None, summary, parse_sections(body), body)
         _DOCS = docs
     return _DOCS
-
-
-def _sections(body: str) -> Dict[str, str]:
-    sections: Dict[str, str] = {}
-    current = None
-    lines: List[str] = []
-    for line in body.splitlines():
-        if line.startswith("## "):
-            if current is not None:
-                sections[current] = "\n".join(lines).strip()
-            current, lines = line[3:].strip(), []
-        elif current is not None:
-            lines.append(line)
-    if current is not None:
-        sections[current] = "\n".join(lines).strip()
-    return sections
 
 
 def explain(code: str) -> Optional[str]:

@@ -9,7 +9,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from .rules import ALL_RULES
 
@@ -24,14 +24,16 @@ class RuleDoc:
     code: str
     name: str
     severity: str
-    fix_safety: str
+    fix_safety: Optional[str]    # None | "safe" | "unsafe"
     summary: str                 # the docstring's first line, without the code and name
     sections: Dict[str, str]     # heading -> markdown body
+    markdown: str = ""           # the whole docstring below its title line
 
-    def markdown(self, level: int = 2) -> str:
+    def render(self, level: int = 2) -> str:
         head = "#" * level
         parts = [f"{head} {self.code} {self.name}", "",
-                 f"*{self.summary}* — level: **{self.severity}**; autofix: {self.fix_safety}.", ""]
+                 f"*{self.summary}* — level: **{self.severity}**; "
+                 f"autofix: {self.fix_safety or 'none'}.", ""]
         for heading in HEADINGS:
             if heading in self.sections:
                 parts += [f"{head}# {heading}", self.sections[heading].strip(), ""]
@@ -42,11 +44,14 @@ def rule_doc(rule) -> RuleDoc:
     doc = sys.modules[rule.__module__].__doc__ or ""
     first, _, rest = doc.strip().partition("\n")
     summary = first.split(":", 1)[1].strip() if ":" in first else first.strip()
-    sections: Dict[str, str] = {}
-    for match in re.finditer(r"^## (.+?)\n(.*?)(?=^## |\Z)", rest, re.S | re.M):
-        sections[match.group(1).strip()] = match.group(2).strip()
-    return RuleDoc(rule.code, rule.name, rule.severity, rule.fix_safety or "none", summary.rstrip("."),
-                   sections)
+    return RuleDoc(rule.code, rule.name, rule.severity, rule.fix_safety, summary.rstrip("."),
+                   parse_sections(rest), rest.strip())
+
+
+def parse_sections(markdown: str) -> Dict[str, str]:
+    """`## Heading` -> the text under it."""
+    return {match.group(1).strip(): match.group(2).strip()
+            for match in re.finditer(r"^## (.+?)\n(.*?)(?=^## |\Z)", markdown, re.S | re.M)}
 
 
 def all_docs() -> List[RuleDoc]:
@@ -65,14 +70,15 @@ def rules_markdown() -> str:
              "do not edit by hand.", ""]
     lines += [rule_table(), ""]
     for doc in all_docs():
-        lines += [doc.markdown(), ""]
+        lines += [doc.render(), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def rule_table() -> str:
     rows = ["| code | name | level | autofix | what it catches |", "|---|---|---|---|---|"]
     for doc in all_docs():
-        rows.append(f"| {doc.code} | {doc.name} | {_levels(doc)} | {doc.fix_safety} | {doc.summary} |")
+        rows.append(f"| {doc.code} | {doc.name} | {_levels(doc)} | {doc.fix_safety or 'none'} "
+                    f"| {doc.summary} |")
     return "\n".join(rows)
 
 
