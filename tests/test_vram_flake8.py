@@ -1,12 +1,10 @@
 """The flake8 plugin: TPF100/101/102 placement, message shape, option, and never raising."""
 
 import ast
-import io
 import os
 import subprocess
 import sys
 import textwrap
-import tokenize
 
 import pytest
 
@@ -20,11 +18,7 @@ def run(src, gpu=None, filename="t.py"):
     except SyntaxError:
         tree = None
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(src).readline))
-    except (tokenize.TokenError, IndentationError):
-        tokens = []
-    try:
-        return list(VramChecker(tree, src.splitlines(True), filename, tokens).run())
+        return list(VramChecker(tree, src.splitlines(True), filename).run())
     finally:
         VramChecker.vram_gpu = None
 

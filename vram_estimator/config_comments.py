@@ -378,17 +378,6 @@ def read_comments(comments: Iterable[Tuple[int, int, str]]) -> Comments:
     return out
 
 
-def comments_from_tokens(file_tokens: Iterable[Any]) -> List[Tuple[int, int, str]]:
-    """COMMENT tokens as ``(line, col, text)`` from flake8's ``file_tokens``."""
-    import tokenize
-
-    found = []
-    for tok in file_tokens or ():
-        if tok.type == tokenize.COMMENT:
-            found.append((tok.start[0], tok.start[1], tok.string))
-    return found
-
-
 def comments_from_source(source: str) -> List[Tuple[int, int, str]]:
     """COMMENT tokens of a source string (for the CLI); tolerant of tokenize errors."""
     import io

@@ -2,8 +2,10 @@
 
 The target GPU comes from a ``gpu=`` comment or the ``--vram-gpu`` option (readable from
 ``[flake8]`` as ``vram-gpu = a100-80gb``); without one nothing is emitted.  Findings are reported
-on the first ``# vram:`` comment line, or line 1.  Comments are read from flake8's
-``file_tokens`` (COMMENT tokens), the script from flake8's ``tree``; the file is never re-read.
+on the first ``# vram:`` comment line, or line 1.  Comments are real COMMENT tokens, read from
+flake8's ``lines`` only when some line mentions ``vram`` (asking flake8 for ``file_tokens``
+would tokenize every file a second time, for nothing in almost all of them); the script comes
+from flake8's ``tree``; the file is never re-read.
 The plugin never raises: unexpected failures degrade to no output, bad input to TPF102.
 """
 
@@ -22,13 +24,10 @@ class VramChecker:
 
     vram_gpu: ClassVar[Optional[str]] = None
 
-    def __init__(
-        self, tree: Any, lines: List[str] = None, filename: str = "<stdin>", file_tokens: Any = None
-    ):
+    def __init__(self, tree: Any, lines: List[str] = None, filename: str = "<stdin>"):
         self.tree = tree
-        self.lines = lines
+        self.lines = lines or []
         self.filename = filename
-        self.file_tokens = file_tokens
 
     @classmethod
     def add_options(cls, option_manager: Any) -> None:
@@ -55,10 +54,11 @@ class VramChecker:
 
     def _findings(self) -> Generator[Finding, None, None]:
         from .api import estimate_source
-        from .config_comments import comments_from_tokens
+        from .config_comments import comments_from_source
         from .report import flake8_message
 
-        tokens = comments_from_tokens(self.file_tokens)
+        mentions = any("vram" in line.lower() for line in self.lines)
+        tokens = comments_from_source("".join(self.lines)) if mentions else []
         has_comment = any(t[2].lstrip("#").strip().lower().startswith("vram") for t in tokens)
         if not has_comment and not self.vram_gpu:
             return
