@@ -17,7 +17,7 @@ from . import values as V
 from .events import FunctionFacts, LocalCall, Site
 from .flow import FlowAnalyzer
 from .imports import ImportTable
-from .astutil import dotted
+from .astutil import dotted, iterated_expr
 from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
 from .values import Value
 
@@ -250,9 +250,7 @@ class _ModuleGlobals:
 
 def iterated_name(loop: ast.AST) -> Optional[str]:
     """`val_loader` for `for b in tqdm(enumerate(val_loader)):`; None for while loops."""
-    expr = getattr(loop, "iter", None)
-    while isinstance(expr, ast.Call) and expr.args:
-        expr = expr.args[0]
+    expr = iterated_expr(loop)
     text = dotted(expr) if expr is not None else None
     return text.rsplit(".", 1)[-1] if text else None
 

@@ -63,3 +63,11 @@ def contains_mod(expr: ast.AST) -> bool:
             if not isinstance(node.left, ast.Constant):
                 return True
     return False
+
+
+def iterated_expr(loop: ast.AST) -> Optional[ast.expr]:
+    """`loader` in `for i, b in enumerate(tqdm(loader)):`; None for while loops."""
+    expr = getattr(loop, "iter", None)
+    while isinstance(expr, ast.Call) and expr.args:
+        expr = expr.args[0]
+    return expr

@@ -12,6 +12,7 @@ import weakref
 from typing import Dict, List, Optional, Tuple
 
 from . import values as V
+from .astutil import iterated_expr
 from .events import FunctionFacts
 from .values import Value
 
@@ -58,14 +59,6 @@ def epoch_loops(analysis, facts: FunctionFacts) -> List[ast.AST]:
     result = [loop for loop in facts.loops if loop in found]
     memo[key] = result
     return result
-
-
-def iterated_expr(loop: ast.AST) -> Optional[ast.expr]:
-    """`loader` in `for i, b in enumerate(tqdm(loader)):`; None for while loops."""
-    expr = getattr(loop, "iter", None)
-    while isinstance(expr, ast.Call) and expr.args:
-        expr = expr.args[0]
-    return expr
 
 
 def argument_for(func, call: ast.Call, index: int) -> Optional[ast.expr]:
