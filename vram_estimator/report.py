@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from .api import Result
+from .config_comments import KEYS
 from .estimate import Estimate
 
 GIB = 1024**3
@@ -179,25 +180,7 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
             lines.append("nothing here fits this card.")
     lines.append("")
     lines.append("read from:")
-    for key in (
-        "model",
-        "params",
-        "mode",
-        "batch",
-        "seq",
-        "image",
-        "context",
-        "precision",
-        "optimizer",
-        "world",
-        "sharding",
-        "offload",
-        "checkpointing",
-        "attention",
-        "lora",
-        "lora_targets",
-        "gpu",
-    ):
+    for key in (*(k for k in KEYS if k != "gpu"), "lora_targets", "gpu"):
         if key in s:
             val = s[key].value
             if isinstance(val, list):
