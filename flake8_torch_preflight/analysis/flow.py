@@ -945,10 +945,15 @@ def _carried_values_changed(before: Env, after: Env, reads: set) -> bool:
         old, new = before.get(name), after.get(name)
         if old is new:
             continue
-        if old is None or new is None or old.grad != new.grad or old.tags != new.tags \
-                or old.leaf != new.leaf or old.containers != new.containers or old.cls is not new.cls:
+        if old is None or new is None or old.grad != new.grad or old.leaf != new.leaf \
+                or old.cls is not new.cls or (old.tags ^ new.tags) - _SETTLED_TAGS:
             return True
     return False
+
+
+# Facts a second walk of a loop body would not change any rule's answer for: a list that
+# gained elements, a number that became a tensor of numbers, where a value lives.
+_SETTLED_TAGS = frozenset({V.CONTAINER, V.TENSOR, V.PYSCALAR, V.MODULO, V.CUDA_DEVICE})
 
 
 def merge_envs(base: Env, *branches: Env) -> Env:
