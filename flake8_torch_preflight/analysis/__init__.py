@@ -42,7 +42,7 @@ class FileAnalysis:
         self._in_progress: set = set()
         self._globals = _ModuleGlobals()
         self._module_facts: Optional[FunctionFacts] = None
-        self._by_loop: Dict[Tuple[int, str], Dict[ast.AST, List[Site]]] = {}
+        self._by_loop: Dict[Tuple[int, str], Dict[ast.AST, list]] = {}
         self._transitive: Dict[Tuple[str, FunctionInfo], bool] = {}
         self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
 
@@ -167,6 +167,20 @@ class FileAnalysis:
     def loop_sites(self, facts: FunctionFacts, loop: ast.AST, what: str) -> List[Site]:
         """Sites in `loop` that do `what`: direct events and calls of helpers that do it."""
         return self._sites_by_loop(facts, what).get(loop, [])
+
+    def in_loop(self, facts: FunctionFacts, events: str, loop: ast.AST) -> list:
+        """The records of `facts.<events>` (`"steps"`, `"backwards"`, `"calls"`, …) made inside
+        `loop`; indexed once per function and list, so asking for every loop stays linear."""
+        key = (id(facts), "events:" + events)
+        index = self._by_loop.get(key)
+        if index is None:
+            index = {}
+            for record in getattr(facts, events):
+                site = record if isinstance(record, Site) else record.site
+                for enclosing in site.loops:
+                    index.setdefault(enclosing, []).append(record)
+            self._by_loop[key] = index
+        return index.get(loop, [])
 
     def _sites_by_loop(self, facts: FunctionFacts, what: str) -> Dict[ast.AST, List[Site]]:
         """loop -> sites doing `what` inside it; built once per function and question."""

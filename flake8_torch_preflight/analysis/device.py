@@ -222,9 +222,10 @@ def step_loops(analysis, facts: FunctionFacts):
     if key not in cache:
         loops = []
         for loop in analysis.innermost_loops_doing(facts, "backward"):
-            if any(loop in b.site.loops for b in facts.backwards) or any(
-                    loop in c.site.loops and analysis.function_does(c.callee, "backward")
-                    and not runs_training_loop(analysis, c.callee) for c in facts.local_calls):
+            if analysis.in_loop(facts, "backwards", loop) or any(
+                    analysis.function_does(c.callee, "backward")
+                    and not runs_training_loop(analysis, c.callee)
+                    for c in analysis.in_loop(facts, "local_calls", loop)):
                 loops.append(loop)
         cache[key] = loops
     return cache[key]

@@ -44,7 +44,15 @@ def related(a: Optional[str], b: Optional[str]) -> bool:
 
 def loop_events(analysis, facts: FunctionFacts, loop: ast.AST) -> List[ModeEvent]:
     """Mode events of one iteration of `loop`, in source order, helpers expanded."""
-    return [e for e in _events(analysis, facts) if loop in e.site.loops]
+    memo = cache(analysis, "mode_events_by_loop")
+    index = memo.get(id(facts))
+    if index is None:
+        index = {}
+        for event in _events(analysis, facts):
+            for enclosing in event.site.loops:
+                index.setdefault(enclosing, []).append(event)
+        memo[id(facts)] = index
+    return index.get(loop, [])
 
 
 def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:

@@ -82,7 +82,7 @@ class UnscaledAccumulation(Rule):
     @staticmethod
     def _gated_step(analysis, facts, loop):
         """(step site, counter test) when every optimizer step in `loop` is counter-gated."""
-        steps = [s for s in facts.steps if loop in s.site.loops]
+        steps = analysis.in_loop(facts, "steps", loop)
         if not steps or any(s.via == "engine" for s in steps):
             return None
         for step in steps:
