@@ -42,6 +42,7 @@ class FileAnalysis:
         self._in_progress: set = set()
         self._globals = _ModuleGlobals()
         self._module_facts: Optional[FunctionFacts] = None
+        self._memos: Dict[str, Dict] = {}
         self._by_loop: Dict[Tuple[int, str], Dict[ast.AST, list]] = {}
         self._transitive: Dict[Tuple[str, FunctionInfo], bool] = {}
         self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
@@ -167,6 +168,11 @@ class FileAnalysis:
     def loop_sites(self, facts: FunctionFacts, loop: ast.AST, what: str) -> List[Site]:
         """Sites in `loop` that do `what`: direct events and calls of helpers that do it."""
         return self._sites_by_loop(facts, what).get(loop, [])
+
+    def memo(self, topic: str) -> Dict:
+        """A memo table for one question of a topic module (`device`, `seeding`, …), living
+        as long as this file's analysis."""
+        return self._memos.setdefault(topic, {})
 
     def in_loop(self, facts: FunctionFacts, events: str, loop: ast.AST) -> list:
         """The records of `facts.<events>` (`"steps"`, `"backwards"`, `"calls"`, …) made inside

@@ -26,7 +26,7 @@ _MUTATORS = frozenset({"append", "extend", "insert", "update", "add", "pop", "cl
 
 def cuda_evidence(analysis) -> Optional[Tuple[int, str]]:
     """(line, what) of the first sign that the file targets CUDA, or None (memoised)."""
-    cached = analysis.__dict__.get("_tpf_cuda_evidence", False)
+    cached = analysis.memo("file").get("cuda_evidence", False)
     if cached is not False:
         return cached
     found: Optional[Tuple[int, str]] = None
@@ -35,7 +35,7 @@ def cuda_evidence(analysis) -> Optional[Tuple[int, str]]:
             what = _cuda_call(facts, call)
             if what is not None and (found is None or call.site.line < found[0]):
                 found = (call.site.line, what)
-    analysis.__dict__["_tpf_cuda_evidence"] = found
+    analysis.memo("file")["cuda_evidence"] = found
     return found
 
 
@@ -146,7 +146,7 @@ def in_memory_dataset(analysis, facts: FunctionFacts, loader: CallSite) -> Optio
 def _tensor_dataset_bindings(analysis) -> Dict[tuple, int]:
     """(id(facts), target text) and, for attributes, (None, target text) -> line, for every
     `target = TensorDataset(...)` of the file (memoised)."""
-    cached = analysis.__dict__.get("_tpf_tensor_datasets")
+    cached = analysis.memo("file").get("tensor_datasets")
     if cached is not None:
         return cached
     found: Dict[tuple, int] = {}
@@ -163,14 +163,14 @@ def _tensor_dataset_bindings(analysis) -> Dict[tuple, int]:
                     found.setdefault((id(facts), text), call.site.line)
                     if "." in text:
                         found.setdefault((None, text), call.site.line)
-    analysis.__dict__["_tpf_tensor_datasets"] = found
+    analysis.memo("file")["tensor_datasets"] = found
     return found
 
 
 def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
     """Names the loop body changes without rebinding them: `x[i] = ...`, `x += ...`,
     `x.copy_(...)`, `x.normal_()`, `xs.append(...)` (memoised per loop)."""
-    cache: Dict[int, Set[str]] = analysis.__dict__.setdefault("_tpf_loop_mutations", {})
+    cache: Dict[int, Set[str]] = analysis.memo("loop_mutations")
     key = id(loop)
     if key in cache:
         return cache[key]
@@ -217,7 +217,7 @@ def step_loops(analysis, facts: FunctionFacts):
     """The innermost training loops of `facts` that are *step* loops: one iteration is one
     optimisation step (the backward is in the loop, or in a helper that has no training loop
     of its own), as opposed to an epoch loop that calls `train_one_epoch()`."""
-    cache: Dict[int, list] = analysis.__dict__.setdefault("_tpf_step_loops", {})
+    cache: Dict[int, list] = analysis.memo("step_loops")
     key = id(facts)
     if key not in cache:
         loops = []
@@ -233,7 +233,7 @@ def step_loops(analysis, facts: FunctionFacts):
 
 def runs_training_loop(analysis, func) -> bool:
     """`func` (or a helper it calls outside any loop) contains a training loop."""
-    memo: Dict[object, bool] = analysis.__dict__.setdefault("_tpf_runs_training_loop", {})
+    memo: Dict[object, bool] = analysis.memo("runs_training_loop")
     if func in memo:
         return memo[func]
     memo[func] = False   # recursion guard
@@ -247,7 +247,7 @@ def runs_training_loop(analysis, func) -> bool:
 def hot_reason(analysis, func) -> Optional[str]:
     """Why `func` runs once per training step (a framework step hook, or a call from a
     training step loop that no `if` guards), or None."""
-    memo: Dict[object, Optional[str]] = analysis.__dict__.setdefault("_tpf_hot_reason", {})
+    memo: Dict[object, Optional[str]] = analysis.memo("hot_reason")
     if func in memo:
         return memo[func]
     memo[func] = None    # recursion guard

@@ -8,7 +8,6 @@ facts the flow analysis computed once; answers are memoised per `FileAnalysis`.
 from __future__ import annotations
 
 import ast
-import weakref
 from typing import Dict, List, Optional, Tuple
 
 from . import values as V
@@ -16,16 +15,10 @@ from .astutil import iterated_expr
 from .events import FunctionFacts
 from .values import Value
 
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
 
 def cache(analysis, name: str) -> Dict:
     """A per-analysis, per-topic memo table (for the topic modules of this package)."""
-    tables = _CACHE.get(analysis)
-    if tables is None:
-        tables = {}
-        _CACHE[analysis] = tables
-    return tables.setdefault(name, {})
+    return analysis.memo(name)
 
 
 def has_training_loop(analysis, func) -> bool:

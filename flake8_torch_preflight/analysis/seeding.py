@@ -134,7 +134,7 @@ def _project_seeds(analysis, qual: str, hops: int) -> FrozenSet[str]:
 def class_seeds(analysis, cls, hops: int = 0) -> FrozenSet[str]:
     """Generators seeded by constructing `cls`: an HF/TRL Trainer base, or an `__init__`
     (its own, a local base's or a project base's in another file) that seeds."""
-    memo: Dict[object, FrozenSet[str]] = analysis.__dict__.setdefault("_tpf_class_seeds", {})
+    memo: Dict[object, FrozenSet[str]] = analysis.memo("class_seeds")
     if cls in memo:
         return memo[cls]
     memo[cls] = frozenset()   # recursion guard
@@ -156,7 +156,7 @@ def class_seeds(analysis, cls, hops: int = 0) -> FrozenSet[str]:
 
 def function_seeds(analysis, func, hops: int = 0) -> FrozenSet[str]:
     """Generators `func` seeds, directly or through the file's functions it calls."""
-    memo: Dict[object, FrozenSet[str]] = analysis.__dict__.setdefault("_tpf_function_seeds", {})
+    memo: Dict[object, FrozenSet[str]] = analysis.memo("function_seeds")
     if func in memo:
         return memo[func]
     memo[func] = frozenset()   # recursion guard
@@ -170,7 +170,7 @@ def function_seeds(analysis, func, hops: int = 0) -> FrozenSet[str]:
 
 def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
     """generator -> (line, text) of the first call in the file that seeds it."""
-    cached = analysis.__dict__.get("_tpf_file_seeds")
+    cached = analysis.memo("file").get("file_seeds")
     if cached is not None:
         return cached
     seeds: Dict[str, Tuple[int, str]] = {}
@@ -194,13 +194,13 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
             line = cls.node.lineno
             if gen not in seeds or line < seeds[gen][0]:
                 seeds[gen] = (line, f"{cls.name}.__init__(...)")
-    analysis.__dict__["_tpf_file_seeds"] = seeds
+    analysis.memo("file")["file_seeds"] = seeds
     return seeds
 
 
 def random_draws(analysis) -> Dict[str, Tuple[FunctionFacts, CallSite]]:
     """generator -> the first call that draws from its global state (numpy, random, torch)."""
-    cached = analysis.__dict__.get("_tpf_random_draws")
+    cached = analysis.memo("file").get("random_draws")
     if cached is not None:
         return cached
     draws: Dict[str, Tuple[FunctionFacts, CallSite]] = {}
@@ -209,7 +209,7 @@ def random_draws(analysis) -> Dict[str, Tuple[FunctionFacts, CallSite]]:
             gen = draw_generator(call)
             if gen is not None and (gen not in draws or call.site.line < draws[gen][1].site.line):
                 draws[gen] = (facts, call)
-    analysis.__dict__["_tpf_random_draws"] = draws
+    analysis.memo("file")["random_draws"] = draws
     return draws
 
 
