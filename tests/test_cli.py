@@ -297,7 +297,10 @@ def test_explain_and_rules():
 
 
 def test_console_script_entry_point():
-    from importlib.metadata import entry_points
+    if sys.version_info >= (3, 10):
+        from importlib.metadata import entry_points
+    else:   # `group=` arrived in 3.10; the backport is a declared dependency before that
+        from importlib_metadata import entry_points
 
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get("tpf") == "flake8_torch_preflight.cli:main"

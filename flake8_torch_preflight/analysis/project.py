@@ -19,6 +19,29 @@ from . import values as V
 
 _MAX_HOPS = 3            # re-exports followed (`from .net import Net` in `models/__init__.py`)
 _MAX_PARENTS = 4         # package directories walked up for absolute imports
+
+
+def _stdlib_module_names() -> frozenset:
+    """The standard library's top-level names (`sys.stdlib_module_names` from Python 3.10).
+
+    Before 3.10 they are listed from the interpreter's own library folders (names only,
+    nothing is imported or parsed); without them `import copy` would count as a project
+    module, and an unresolvable `copy.deepcopy(...)` would silence rules that must prove
+    absence (TPF007 on `model.train(False)`).
+    """
+    names = getattr(sys, "stdlib_module_names", None)
+    if names is not None:
+        return frozenset(names)
+    import pkgutil
+    import sysconfig
+
+    folders = [sysconfig.get_path("stdlib"),
+               os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload")]
+    found = {module.name for module in pkgutil.iter_modules(folders)}
+    # `test` is CPython's own test suite, which 3.10's list leaves out as well
+    return frozenset(found | set(sys.builtin_module_names)) - {"test"}
+
+
 # Packages that are never the project's own: their imports are not looked up on disk.
 _THIRD_PARTY = frozenset(
     """torch torchvision torchaudio torchtext numpy np tqdm transformers accelerate lightning
@@ -26,7 +49,7 @@ _THIRD_PARTY = frozenset(
     sklearn scipy matplotlib PIL pandas torchmetrics einops peft diffusers apex mlflow
     comet_ml neptune evaluate yaml omegaconf hydra rich loguru cv2 albumentations trl
     bitsandbytes bnb safetensors huggingface_hub tokenizers sentencepiece""".split()
-) | frozenset(getattr(sys, "stdlib_module_names", ()))
+) | _stdlib_module_names()
 
 
 def is_project_name(qualname: Optional[str]) -> bool:
