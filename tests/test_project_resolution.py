@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 import textwrap
 
-from flake8_torch_preflight.analysis import project
+import ast
+
+from flake8_torch_preflight.analysis import FileAnalysis, project
 from flake8_torch_preflight.engine import lint_source
 
 MODEL = '''
@@ -86,5 +88,5 @@ def test_cache_follows_modification_time(tmp_path):
     models.write_text(MODEL)
     stat = models.stat()
     os.utime(models, (stat.st_atime, stat.st_mtime + 5))
-    assert project.analysis_for(str(models)) is not None
+    assert FileAnalysis(ast.parse(""), str(models)).other_file(str(models)) is not None
     assert len(_lint(tmp_path / "train.py", "from models import Net")) == 1

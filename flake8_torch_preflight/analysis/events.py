@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .values import UNKNOWN, Value
+
+if TYPE_CHECKING:   # annotations only: index.py does not need events
+    from .index import FunctionInfo
 
 
 @dataclass(frozen=True)
@@ -115,15 +118,15 @@ class Forward:
 @dataclass(frozen=True)
 class LocalCall:
     site: Site
-    callee: object     # FunctionInfo
+    callee: "FunctionInfo"
     node: ast.Call
 
 
-@dataclass
+@dataclass(eq=False)
 class FunctionFacts:
     """Everything the flow analysis learnt about one function (or the module body)."""
 
-    func: Optional[object]
+    func: Optional["FunctionInfo"]
     values: Dict[int, Value] = field(default_factory=dict)
     calls: List[CallSite] = field(default_factory=list)
     backwards: List[Backward] = field(default_factory=list)

@@ -3,19 +3,19 @@
 Only what the import names is followed, and only to a `.py` file that exists next to the
 linted file (relative imports from the linted file's directory; absolute ones from its
 directory and from each parent directory while the one below is a package). The other file
-is parsed with `ast` and analysed like the linted file (one `FileAnalysis`, cached per
-process by path and modification time); it is never imported or executed. When an import
-does not resolve to such a file, callers get None and stay quiet.
+is parsed with `ast` and analysed like the linted file (`FileContext.other_file`, cached per
+process by path and modification time, see `workspace.py`); it is never imported or
+executed. When an import does not resolve to such a file, callers get None and stay quiet.
 """
 from __future__ import annotations
 
 import ast
 import os
 import sys
-from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 from . import values as V
+from .context import FileContext
 
 _MAX_HOPS = 3            # re-exports followed (`from .net import Net` in `models/__init__.py`)
 _MAX_PARENTS = 4         # package directories walked up for absolute imports
@@ -43,7 +43,7 @@ def _stdlib_module_names() -> frozenset:
 
 
 # Packages that are never the project's own: their imports are not looked up on disk.
-_THIRD_PARTY = frozenset(
+LIBRARY_PACKAGES = frozenset(
     """torch torchvision torchaudio torchtext numpy np tqdm transformers accelerate lightning
     pytorch_lightning lightning_fabric deepspeed wandb tensorboard tensorboardX datasets timm
     sklearn scipy matplotlib PIL pandas torchmetrics einops peft diffusers apex mlflow
@@ -58,42 +58,18 @@ def is_project_name(qualname: Optional[str]) -> bool:
         return False
     if qualname.startswith("."):
         return True
-    return qualname.split(".", 1)[0] not in _THIRD_PARTY
+    return qualname.split(".", 1)[0] not in LIBRARY_PACKAGES
 
 
-# path -> (mtime, FileAnalysis or None when it does not parse)
-_ANALYSES: "OrderedDict[str, Tuple[float, object]]" = OrderedDict()
-# A few recent files only: analyses hold every fact of their file, and a process that keeps
-# hundreds alive makes every garbage collection in flake8 scan them (measured: 10 % of the
-# whole flake8 run on a 377-file repository), while one file's imports are usually few.
-_MAX_CACHED_ANALYSES = 16
-_IN_PROGRESS: set = set()
 # (directory, module) -> path or None
 _FILES: Dict[Tuple[str, str], Optional[str]] = {}
+_IN_PROGRESS: set = set()
 
 
-def analysis_for(path: str):
-    """The `FileAnalysis` of another project file, or None (missing, unreadable, unparsable)."""
-    from . import FileAnalysis   # late: analysis/__init__ imports flow, which imports us
-
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return None
-    cached = _ANALYSES.get(path)
-    if cached is not None and cached[0] == mtime:
-        _ANALYSES.move_to_end(path)
-        return cached[1]
-    try:
-        with open(path, "rb") as handle:
-            tree = ast.parse(handle.read(), filename=path)
-        analysis = FileAnalysis(tree, path)
-    except (OSError, SyntaxError, ValueError):
-        analysis = None
-    _ANALYSES[path] = (mtime, analysis)
-    while len(_ANALYSES) > _MAX_CACHED_ANALYSES:
-        _ANALYSES.popitem(last=False)
-    return analysis
+def other_analysis(analysis: FileContext, module: str) -> Optional[FileContext]:
+    """The analysis of the project file `module` names, seen from `analysis`'s file."""
+    path = module_file(analysis.filename, module)
+    return analysis.other_file(path) if path is not None else None
 
 
 def module_file(filename: str, module: str) -> Optional[str]:
@@ -113,7 +89,7 @@ def module_file(filename: str, module: str) -> Optional[str]:
         for _ in range(level - 1):
             root = os.path.dirname(root)
         roots.append(root)
-    elif parts[0] not in _THIRD_PARTY:
+    elif parts[0] not in LIBRARY_PACKAGES:
         root = here
         roots.append(root)
         for _ in range(_MAX_PARENTS):
@@ -147,7 +123,7 @@ def resolve_class(analysis, qualname: str, hops: int = 0):
         return None
     _IN_PROGRESS.add(path)
     try:
-        other = analysis_for(path)
+        other = analysis.other_file(path)
         if other is None:
             return None
         cls = other.index.classes.get(name)
@@ -179,7 +155,7 @@ def instance_of(analysis, qualname: str, node: ast.Call) -> Optional[V.Value]:
     """The value of `Net(...)` when `Net` is an `nn.Module` class of another project file:
     a module whose forward's activation is known (see `forward_activation`)."""
     last = qualname.rsplit(".", 1)[-1]
-    if not last[:1].isupper() or qualname.split(".", 1)[0] in _THIRD_PARTY:
+    if not last[:1].isupper() or qualname.split(".", 1)[0] in LIBRARY_PACKAGES:
         return None
     resolved = resolve_class(analysis, qualname)
     if resolved is None:

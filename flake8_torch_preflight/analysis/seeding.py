@@ -43,7 +43,6 @@ _NOT_SEEDING_PREFIXES = ("get_", "initial_", "current_", "make_", "gen_", "gener
 # `seed=` given to these seeds only the object they build.
 _OWN_SEED_WORDS = ("sampler", "loader", "rng", "generator", "dataset", "split", "shuffle",
                    "randomstate", "seedsequence", "permutation")
-_THIRD_PARTY = project._THIRD_PARTY
 _MAX_HOPS = 3   # files followed from the linted one
 
 # Draws from the global generators.
@@ -114,14 +113,13 @@ def _seed_keyword(call: CallSite) -> bool:
 
 def _project_seeds(analysis, qual: str, hops: int) -> FrozenSet[str]:
     """What a function or class imported from another file of the project seeds."""
-    if hops >= _MAX_HOPS or "." not in qual or qual.split(".", 1)[0] in _THIRD_PARTY:
+    if hops >= _MAX_HOPS or "." not in qual or qual.split(".", 1)[0] in project.LIBRARY_PACKAGES:
         return frozenset()
     module, name = qual.rsplit(".", 1)
     if name[:1].isupper():
         resolved = project.resolve_class(analysis, qual)
         return class_seeds(resolved[0], resolved[1], hops + 1) if resolved else frozenset()
-    path = project.module_file(analysis.filename, module)
-    other = project.analysis_for(path) if path is not None else None
+    other = project.other_analysis(analysis, module)
     if other is None or other is analysis:
         return frozenset()
     func = other.index.function_named(name, None)

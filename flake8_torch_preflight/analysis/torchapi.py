@@ -70,13 +70,17 @@ SOFTMAX_MODULES = frozenset({"torch.nn.Softmax", "torch.nn.Softmax2d"})
 LOG_SOFTMAX_MODULES = frozenset({"torch.nn.LogSoftmax"})
 SIGMOID_MODULES = frozenset({"torch.nn.Sigmoid"})
 
-# Model factories outside torch.nn whose result is an nn.Module.
-MODEL_FACTORY_RE = re.compile(
+# Calls whose result is an nn.Module: library model factories, and torch's wrappers of a
+# model (still the same model, its class and its DDP-ness kept).
+HF_MODEL_FACTORY_RE = re.compile(
     r"^(transformers\.(Auto\w*Model\w*|\w*(Model|ForCausalLM|For\w+))\.from_pretrained"
     r"|transformers\.\w*(Model|For\w+)"
     r"|peft\.get_peft_model|peft\.PeftModel\.from_pretrained"
-    r"|timm\.create_model|torchvision\.models\.\w+|diffusers\.(?!\w*Pipeline)\w+Model\w*(\.from_pretrained)?"
-    r"|torch\.compile|torch\.jit\.script|torch\.nn\.parallel\.DistributedDataParallel"
+    r"|diffusers\.(?!\w*Pipeline)\w+Model\w*(\.from_pretrained)?)$"
+)
+VISION_MODEL_FACTORY_RE = re.compile(r"^(timm\.create_model|torchvision\.models\.\w+)$")
+TORCH_MODEL_WRAPPER_RE = re.compile(
+    r"^(torch\.compile|torch\.jit\.script|torch\.nn\.parallel\.DistributedDataParallel"
     r"|torch\.nn\.DataParallel|torch\.nn\.parallel\.DataParallel"
     r"|torch\.distributed\.fsdp\.\w*FullyShardedDataParallel\w*"
     r"|torch\.distributed\.fsdp\.FSDP)$"

@@ -1,13 +1,14 @@
 """Abstract values: what the analysis knows about the object a name or expression holds.
 
-A `Value` is a small immutable bag of facts. Joining two values (at the end of an `if`, or
-around a loop) unions what each may be: the analysis answers "may this carry a graph?", and
-every rule decides for itself how sure it must be before it speaks.
+A `Value` is a small immutable bag of facts. It changes only through the named methods
+below (each says which facts survive), never by hand-copying its fields. Joining two values
+(at the end of an `if`, or around a loop) unions what each may be: the analysis answers "may
+this carry a graph?", and every rule decides for itself how sure it must be before it speaks.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import FrozenSet, Optional, Tuple
+from typing import FrozenSet, Iterable, Optional, Tuple
 
 # Object kinds (what the value *is*).
 MODULE = "module"            # an nn.Module instance (model, layer, wrapped model)
@@ -27,6 +28,7 @@ SELF = "self"
 DDP = "ddp"                  # a model wrapped in DDP/FSDP
 PREPARED = "prepared"        # passed through accelerator.prepare / fabric.setup*
 CUDA_DEVICE = "cuda_device"  # a torch.device / string naming CUDA
+ACCUMULATE_CONTEXT = "accumulate"  # `accelerator.accumulate(model)`: scales the loss for us
 
 # Tensor facts (what the value *holds*).
 TENSOR = "tensor"
@@ -47,6 +49,37 @@ ACTIVATION_MODULE = "activation_module"  # nn.Softmax() & co; see `activation`
 # (TPF005, TPF006) stay quiet on such values.
 ACTIVATION_UNSURE = "activation_unsure"
 ACTIVATION_TAGS = frozenset({SOFTMAX, LOG_SOFTMAX, SIGMOID, LOGITS, ACTIVATION_UNSURE})
+# What a computation on tensors keeps of its inputs' tags (`derived`).
+_DERIVED_TAGS = frozenset({TENSOR, DIVIDED, LOSS})
+# What flows back out of a call from the arguments a summary's return depends on.
+_THROUGH_CALL_TAGS = ACTIVATION_TAGS | {TENSOR, LOSS, DIVIDED}
+
+# A value that joins the graphs of many statements (a list appended to on every line of a
+# long loop body) stops counting them: past this many it may share a graph with anything.
+# Without the bound, each join copies every line seen so far and one long function costs
+# quadratic time and memory.
+_MAX_GRAPH_LINES = 32
+ANY_GRAPH: FrozenSet[int] = frozenset({-1})
+
+
+def union_graphs(a: FrozenSet[int], b: FrozenSet[int]) -> FrozenSet[int]:
+    if a is ANY_GRAPH or b is ANY_GRAPH:
+        return ANY_GRAPH
+    if not b or a is b:
+        return a
+    if not a:
+        return b
+    merged = a | b
+    return ANY_GRAPH if len(merged) > _MAX_GRAPH_LINES else merged
+
+
+def graphs_overlap(a: FrozenSet[int], b: FrozenSet[int]) -> bool:
+    """Some graph may be in both (a saturated set overlaps every non-empty one)."""
+    if not a or not b:
+        return False
+    if a is ANY_GRAPH or b is ANY_GRAPH:
+        return True
+    return not a.isdisjoint(b)
 
 
 class Origin(tuple):
@@ -89,11 +122,25 @@ class Value:
     fields: Tuple[Tuple[str, "Value"], ...] = field(default=())  # e.g. a loader's sampler
     activation: Optional[str] = None      # for ACTIVATION_MODULE: which activation it applies
 
+    # ------------------------------------------------------------------ constructors
+    @staticmethod
+    def of(*tags: str, node: object = None, **facts) -> "Value":
+        """A fresh object of the given kinds (`Value.of(SCALER, node=call)`)."""
+        return Value(tags=frozenset(tags), node=node, **facts)
+
+    @staticmethod
+    def new_graph(line: int, node, *tags: str, leaf: bool = False,
+                  inputs: "Value" = None) -> "Value":
+        """A tensor whose graph is made at `line` (a forward, a loss, a parameter), carrying
+        along the graphs and the flow of `inputs`."""
+        base = inputs or UNKNOWN
+        return Value(grad=True, leaf=leaf, graphs=union_graphs(frozenset({line}), base.graphs),
+                     origin=Origin(line, node), tags=frozenset(tags),
+                     containers=base.containers, params=base.params)
+
+    # ------------------------------------------------------------------ queries
     def has(self, tag: str) -> bool:
         return tag in self.tags
-
-    def with_tags(self, *add: str, drop: FrozenSet[str] = frozenset()) -> "Value":
-        return replace(self, tags=(self.tags - drop) | frozenset(add))
 
     def field(self, name: str) -> Optional["Value"]:
         for key, value in self.fields:
@@ -101,10 +148,78 @@ class Value:
                 return value
         return None
 
+    def shares_graph(self, other: "Value") -> bool:
+        return graphs_overlap(self.graphs, other.graphs)
+
+    @property
+    def is_tensor_like(self) -> bool:
+        return self.grad or TENSOR in self.tags
+
+    # ------------------------------------------------------------------ changes
+    def with_tags(self, *add: str, drop: FrozenSet[str] = frozenset()) -> "Value":
+        return replace(self, tags=(self.tags - drop) | frozenset(add))
+
+    def with_containers(self, *keys: str) -> "Value":
+        return replace(self, containers=self.containers | frozenset(keys))
+
     def no_graph(self, *add: str) -> "Value":
-        """The same object seen through a graph breaker."""
+        """The same object seen through a graph breaker: only its flow (containers, params)
+        and its non-activation tags survive."""
         return Value(tags=(self.tags - ACTIVATION_TAGS - {LOSS, DIVIDED}) | frozenset(add),
                      containers=self.containers, params=self.params)
+
+    def host_number(self) -> "Value":
+        """`.item()`, `.tolist()`: a host value, no longer a tensor at all."""
+        return Value(tags=frozenset({PYSCALAR}), containers=self.containers, params=self.params)
+
+    def activated(self, tag: str) -> "Value":
+        """`softmax(x)` & co: `x`'s graph and flow, holding the activation `tag`."""
+        return Value(grad=self.grad, graphs=self.graphs, origin=self.origin,
+                     tags=(self.tags - ACTIVATION_TAGS - {CONTAINER}) | {tag, TENSOR},
+                     containers=self.containers, params=self.params)
+
+    def contents(self) -> "Value":
+        """What reading an element of this container gives (itself, if not a container)."""
+        if not self.has(CONTAINER) and self.elements is None:
+            return self
+        tags = self.tags - {CONTAINER, PARAMS} | ({TENSOR} if self.has(PARAMS) else set())
+        return replace(self, tags=tags, node=None, elements=None, fields=(), activation=None)
+
+    def as_container(self) -> "Value":
+        """A container holding elements like this one."""
+        return replace(self, tags=self.tags | {CONTAINER}, node=None, elements=None,
+                       fields=(), activation=None)
+
+    def unpacked(self) -> "Value":
+        """One item of `a, b = value` when the items are not known one by one."""
+        return replace(self, tags=self.tags - {CONTAINER}, leaf=False, node=None,
+                       elements=None, fields=(), activation=None)
+
+    def as_attribute(self) -> "Value":
+        """What `self.x` holds as seen from another method: the object, without the flow
+        facts (containers, parameters) of the method that bound it."""
+        return replace(self, containers=frozenset(), params=frozenset())
+
+    def without_params(self) -> "Value":
+        """A summary's return value at a call site that passes nothing it depends on."""
+        return replace(self, params=frozenset()) if self.params else self
+
+    def through_call(self, bound: dict, depth: int = 0) -> "Value":
+        """This summary return value at one call: what flowed in through the arguments it
+        depends on (`bound`: parameter position -> argument value) joins it, element by
+        element for tuples (`loss, logs = compute(model, batch)`)."""
+        elements = self.elements
+        if elements is not None and depth < 2:
+            elements = tuple(e.through_call(bound, depth + 1) for e in elements)
+        flowing = [bound[i] for i in sorted(self.params) if i in bound]
+        if not flowing:
+            return replace(self.without_params(), elements=elements)
+        merged = join_all(flowing)
+        return Value(grad=self.grad or merged.grad, graphs=union_graphs(self.graphs, merged.graphs),
+                     origin=self.origin or merged.origin,
+                     tags=self.tags | (merged.tags & _THROUGH_CALL_TAGS),
+                     containers=self.containers | merged.containers, cls=self.cls,
+                     node=self.node, elements=elements)
 
 
 UNKNOWN = Value()
@@ -118,14 +233,14 @@ def join(a: Value, b: Value) -> Value:
     elements = None
     if a.elements is not None and b.elements is not None and len(a.elements) == len(b.elements):
         elements = tuple(join(x, y) for x, y in zip(a.elements, b.elements))
+    activation_unsure = a.tags & ACTIVATION_TAGS != b.tags & ACTIVATION_TAGS
     return Value(
         grad=a.grad or b.grad,
         # a leaf when every part that may carry a graph is a leaf (`{'params': [p], 'lr': lr}`)
         leaf=(a.leaf or not a.grad) and (b.leaf or not b.grad) and (a.grad or b.grad),
-        graphs=a.graphs | b.graphs,
+        graphs=union_graphs(a.graphs, b.graphs),
         origin=a.origin or b.origin,
-        tags=a.tags | b.tags | (
-            {ACTIVATION_UNSURE} if a.tags & ACTIVATION_TAGS != b.tags & ACTIVATION_TAGS else set()),
+        tags=a.tags | b.tags | ({ACTIVATION_UNSURE} if activation_unsure else set()),
         containers=a.containers | b.containers,
         params=a.params | b.params,
         cls=a.cls if a.cls is b.cls else (a.cls or b.cls),
@@ -136,21 +251,16 @@ def join(a: Value, b: Value) -> Value:
     )
 
 
-def join_all(values) -> Value:
+def join_all(values: Iterable[Value]) -> Value:
     result = UNKNOWN
     for value in values:
         result = join(result, value)
     return result
 
 
-def derived(values, *add: str) -> Value:
+def derived(values: Iterable[Value], *add: str) -> Value:
     """A tensor computed from `values` (arithmetic, torch.stack, …): keeps graphs and flow."""
     base = join_all(values)
-    return Value(
-        grad=base.grad,
-        graphs=base.graphs,
-        origin=base.origin,
-        tags=frozenset(t for t in base.tags if t in (TENSOR, DIVIDED, LOSS)) | frozenset(add),
-        containers=base.containers,
-        params=base.params,
-    )
+    return Value(grad=base.grad, graphs=base.graphs, origin=base.origin,
+                 tags=(base.tags & _DERIVED_TAGS) | frozenset(add),
+                 containers=base.containers, params=base.params)

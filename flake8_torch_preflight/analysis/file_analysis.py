@@ -1,0 +1,264 @@
+"""`FileAnalysis`: one object per linted file that rules ask questions of.
+
+It resolves imports, indexes functions and classes, runs the interpreter (`flow.py`) once
+per function (lazily, memoised, with a guard against recursion), and answers
+interprocedural questions ("does this loop, directly or through the helpers it calls, run a
+backward pass?") from per-function summaries. Cost is linear in the size of the file: each
+function body is walked a bounded number of times, whatever the number of rules.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from . import semantics, workspace
+from .astutil import dotted, iterated_expr
+from .events import FunctionFacts, LocalCall, Site
+from .flow import FlowAnalyzer
+from .imports import ImportTable
+from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
+from .questions import Does
+from .values import Value
+
+FRAMEWORK_IMPORTS = {
+    "lightning": ("lightning", "pytorch_lightning", "lightning.pytorch"),
+    "fabric": ("lightning.fabric", "lightning_fabric", "lightning.Fabric"),
+    "accelerate": ("accelerate",),
+    "transformers": ("transformers", "trl"),
+    "deepspeed": ("deepspeed",),
+}
+
+
+class FileAnalysis:
+    def __init__(self, tree: ast.Module, filename: str = "<stdin>") -> None:
+        self.tree = tree
+        self.filename = filename
+        self.imports = ImportTable(tree)
+        self.index = FileIndex(tree, self.imports)
+        self._facts: Dict[FunctionInfo, FunctionFacts] = {}
+        self._in_progress: set = set()
+        self._globals = _ModuleGlobals()
+        self._module_facts: Optional[FunctionFacts] = None
+        self._memos: Dict[str, Dict] = {}
+        self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
+
+    # ------------------------------------------------------------------ the file
+    @property
+    def is_test_file(self) -> bool:
+        base = os.path.basename(self.filename)
+        return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+
+    def uses_framework(self, name: str) -> bool:
+        return self.imports.imports_any(*FRAMEWORK_IMPORTS[name])
+
+    def other_file(self, path: str) -> Optional["FileAnalysis"]:
+        """The analysis of another file of the project (cached per process)."""
+        return workspace.analysis_of(path, FileAnalysis)
+
+    def memo(self, topic: str) -> Dict:
+        """The memo table of one question (see `memo.per_file`), as long as this analysis."""
+        return self._memos.setdefault(topic, {})
+
+    # ------------------------------------------------------------------ flow facts
+    @property
+    def module_facts(self) -> FunctionFacts:
+        if self._module_facts is None:
+            facts = FunctionFacts(func=None)
+            analyzer = FlowAnalyzer(self, None, facts, {}, {}, recording=True)
+            self._globals.analyzer = analyzer
+            analyzer.run(self.tree.body)
+            facts.env = analyzer.env
+            self._module_facts = facts
+        return self._module_facts
+
+    @property
+    def global_env(self) -> "_ModuleGlobals":
+        """Module-level names as bound so far by the module body's walk: a function called
+        from the module body sees the globals bound before the call (as Python does), and
+        every other function sees them all. One walk of the module body serves both."""
+        if self._globals.analyzer is None:
+            _ = self.module_facts   # walking the module body binds the globals
+        return self._globals
+
+    def facts_for(self, func: FunctionInfo) -> FunctionFacts:
+        cached = self._facts.get(func)
+        if cached is not None:
+            return cached
+        if func in self._in_progress:
+            return FunctionFacts(func=func)   # recursion: assume nothing
+        self._in_progress.add(func)
+        try:
+            facts = FunctionFacts(func=func)
+            params = {name: semantics.parameter_value(func, i, name)
+                      for i, name in enumerate(func.params)}
+            analyzer = FlowAnalyzer(self, func, facts, params, self.global_env)
+            analyzer.run(func.node.body)
+            facts.env = analyzer.env
+        finally:
+            self._in_progress.discard(func)
+        self._facts[func] = facts
+        return facts
+
+    def all_facts(self) -> Iterator[FunctionFacts]:
+        """The module body, then every function, in source order."""
+        yield self.module_facts
+        for func in self.index.functions:
+            yield self.facts_for(func)
+
+    def class_attr(self, cls: ClassInfo, text: str) -> Optional[Value]:
+        """What `self.x` holds, as the class's `__init__` (or a base's) leaves it."""
+        init = cls.method("__init__")
+        if init is None or init in self._in_progress:
+            return None
+        value = self.facts_for(init).env.get(text)
+        return value.as_attribute() if value is not None else None
+
+    # ------------------------------------------------------------------ interprocedural
+    def callers(self, func: FunctionInfo) -> List[Tuple[FunctionFacts, LocalCall]]:
+        if self._callers is None:
+            table: Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]] = {}
+            for facts in self.all_facts():
+                for call in facts.local_calls:
+                    table.setdefault(call.callee, []).append((facts, call))
+            self._callers = table
+        return self._callers.get(func, [])
+
+    def wrapped_in_no_grad_by_caller(self, func: FunctionInfo) -> bool:
+        """Some call of `func` in this file runs with autograd off (one level up)."""
+        return any(call.site.no_grad for _, call in self.callers(func))
+
+    def function_does(self, func: FunctionInfo, what: Does) -> bool:
+        """Transitive: `func` or something it calls does `what`."""
+        what = Does(what)
+        memo = self.memo("function_does")
+        key = (what, func)
+        if key in memo:
+            return memo[key]
+        memo[key] = False   # recursion guard: assume no
+        facts = self.facts_for(func)
+        result = bool(what.sites_in(facts)) or any(
+            self.function_does(call.callee, what) for call in facts.local_calls)
+        memo[key] = result
+        return result
+
+    def loop_does(self, facts: FunctionFacts, loop: ast.AST, what: Does) -> bool:
+        """The body of `loop` does `what`, directly or through a function it calls."""
+        return loop in self._sites_by_loop(facts, Does(what))
+
+    def loop_sites(self, facts: FunctionFacts, loop: ast.AST, what: Does) -> List[Site]:
+        """Sites in `loop` that do `what`: direct events and calls of helpers that do it."""
+        return self._sites_by_loop(facts, Does(what)).get(loop, [])
+
+    def scope_does(self, facts: FunctionFacts, site: Site, what: Does) -> bool:
+        """The innermost loop around `site` (or, outside loops, its function) does `what`."""
+        what = Does(what)
+        if site.loops:
+            return self.loop_does(facts, site.loops[-1], what)
+        if facts.func is not None:
+            return self.function_does(facts.func, what)
+        return bool(what.sites_in(facts))
+
+    def in_loop(self, facts: FunctionFacts, events: str, loop: ast.AST) -> list:
+        """The records of `facts.<events>` (`"steps"`, `"backwards"`, `"calls"`, …) made inside
+        `loop`; indexed once per function and list, so asking for every loop stays linear."""
+        index = self.memo("events_by_loop").get((facts, events))
+        if index is None:
+            index = {}
+            for record in getattr(facts, events):
+                site = record if isinstance(record, Site) else record.site
+                for enclosing in site.loops:
+                    index.setdefault(enclosing, []).append(record)
+            self.memo("events_by_loop")[(facts, events)] = index
+        return index.get(loop, [])
+
+    def _sites_by_loop(self, facts: FunctionFacts, what: Does) -> Dict[ast.AST, List[Site]]:
+        """loop -> sites doing `what` inside it; built once per function and question."""
+        index = self.memo("sites_by_loop").get((facts, what))
+        if index is None:
+            index = {}
+            sites = what.sites_in(facts) + [c.site for c in facts.local_calls
+                                            if self.function_does(c.callee, what)]
+            for site in sites:
+                for loop in site.loops:
+                    index.setdefault(loop, []).append(site)
+            self.memo("sites_by_loop")[(facts, what)] = index
+        return index
+
+    # ------------------------------------------------------------------ training loops
+    def training_loops(self, facts: FunctionFacts) -> List[ast.AST]:
+        """Loops of `facts` that run a backward pass (directly or through helpers)."""
+        return [loop for loop in facts.loops if self.loop_does(facts, loop, Does.BACKWARD)]
+
+    def has_training_loop(self, func: FunctionInfo) -> bool:
+        """`func`, or a function of the file it calls, contains a training loop."""
+        memo = self.memo("has_training_loop")
+        if func in memo:
+            return memo[func]
+        memo[func] = False   # recursion guard
+        facts = self.facts_for(func)
+        result = bool(self.training_loops(facts)) or any(
+            self.has_training_loop(call.callee) for call in facts.local_calls)
+        memo[func] = result
+        return result
+
+    def innermost_loops_doing(self, facts: FunctionFacts, *what: Does) -> List[ast.AST]:
+        """Loops doing all of `what` (directly or via helpers) with no nested loop that does."""
+        doing = [loop for loop in facts.loops
+                 if all(self.loop_does(facts, loop, w) for w in what)]
+        ancestors = set()
+        for loop in doing:
+            parent = facts.loop_parents.get(loop)
+            while parent is not None:
+                ancestors.add(parent)
+                parent = facts.loop_parents.get(parent)
+        return [loop for loop in doing if loop not in ancestors]
+
+    # ------------------------------------------------------------------ evaluation code
+    def evaluation_reason(self, facts: FunctionFacts, site: Site) -> Optional[str]:
+        """Why `site` is evaluation code (the spec's three ways), or None."""
+        func = facts.func
+        if func is not None and func.evaluation_by_name(self.is_test_file):
+            if not func.name.lower().startswith("test") or site.loops:
+                return f"`{func.name}()` is evaluation code by its name"
+        for loop in reversed(site.loops):
+            name = iterated_name(loop)
+            if name and VAL_LOADER_RE.match(name):
+                return f"the loop at line {loop.lineno} iterates `{name}`"
+        if site.eval_mode:
+            return "it runs after `.eval()` in the same scope"
+        return None
+
+    def framework_owned(self, func: Optional[FunctionInfo]) -> Optional[str]:
+        """The framework that runs `func`'s loop and manages grads/modes, if any."""
+        cls = func.cls if func is not None else None
+        while func is not None and cls is None:
+            func = func.parent
+            cls = func.cls if func is not None else None
+        if cls is None:
+            return None
+        if cls.is_lightning:
+            return "Lightning"
+        if cls.is_hf_trainer:
+            return "HF Trainer"
+        return None
+
+
+class _ModuleGlobals:
+    """Read-only view of the module body's environment as its walk has left it so far."""
+
+    def __init__(self) -> None:
+        self.analyzer: Optional[FlowAnalyzer] = None
+
+    def get(self, name: str, default=None):
+        return self.analyzer.env.get(name, default) if self.analyzer is not None else default
+
+    def __contains__(self, name: str) -> bool:
+        return self.analyzer is not None and name in self.analyzer.env
+
+
+def iterated_name(loop: ast.AST) -> Optional[str]:
+    """`val_loader` for `for b in tqdm(enumerate(val_loader)):`; None for while loops."""
+    expr = iterated_expr(loop)
+    text = dotted(expr) if expr is not None else None
+    return text.rsplit(".", 1)[-1] if text else None

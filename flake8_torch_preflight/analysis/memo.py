@@ -1,0 +1,30 @@
+"""One way to memoise a question per file: `@per_file("topic")`.
+
+Topic modules answer questions of the form `question(analysis, key...)`; the answer lives in
+the file analysis's memo table for that topic (as long as the analysis). While an answer is
+being computed, a recursive question with the same key gets `guard` (helpers that call each
+other: "assume no" until proven), instead of recursing forever.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+_COMPUTING = object()
+
+
+def per_file(topic: str, guard: Any = None) -> Callable[[F], F]:
+    def decorate(question: F) -> F:
+        @functools.wraps(question)
+        def memoised(analysis, *key):
+            table = analysis.memo(topic)
+            found = table.get(key, _COMPUTING)
+            if found is not _COMPUTING:
+                return found
+            table[key] = guard
+            answer = question(analysis, *key)
+            table[key] = answer
+            return answer
+        return memoised  # type: ignore[return-value]
+    return decorate

@@ -1,0 +1,20 @@
+"""DeepSpeed: `deepspeed.initialize(...)` returns (engine, optimizer, loader, scheduler).
+
+The engine is the model (a module) and runs backward with loss scaling and gradient
+accumulation, and its `step()` updates only at the accumulation boundary and zeroes the
+gradients (semantics/optim.py records that).
+"""
+from __future__ import annotations
+
+from .. import torchapi as api
+from .. import values as V
+from ..values import Value
+from .registry import Call, qualified
+
+
+@qualified(*api.DEEPSPEED_INIT)
+def _initialize(call: Call) -> Value:
+    engine = Value.of(V.ENGINE, V.MODULE, node=call.node)
+    return Value(tags=frozenset({V.ENGINE}), node=call.node,
+                 elements=(engine, Value.of(V.ENGINE), Value.of(V.LOADER, V.PREPARED),
+                           Value.of(V.SCHEDULER)))

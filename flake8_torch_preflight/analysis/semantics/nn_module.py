@@ -1,0 +1,145 @@
+"""`torch.nn`: building layers and losses, calling modules, and what module methods return."""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from .. import torchapi as api
+from .. import values as V
+from ..astutil import dotted, is_const
+from ..values import UNKNOWN, Value, join_all
+from .registry import (Access, Call, callee, method, other_attributes, other_methods,
+                       qualified_matching)
+from .torch import loss_result
+
+# Module methods that return the module itself (`model.to(device).train()`).
+RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double",
+                          "bfloat16", "requires_grad_", "type", "share_memory"})
+# Attributes of a module that are not submodules.
+_NOT_SUBMODULES = frozenset({"config", "device", "dtype", "training"})
+_ACTIVATION_OF_MODULE = (
+    (api.SOFTMAX_MODULES, V.SOFTMAX),
+    (api.LOG_SOFTMAX_MODULES, V.LOG_SOFTMAX),
+    (api.SIGMOID_MODULES, V.SIGMOID),
+)
+_CONTAINER_MODULES = frozenset({"torch.nn.ModuleList", "torch.nn.ModuleDict",
+                                "torch.nn.ParameterList"})
+
+
+@qualified_matching(api.is_torch_nn_class, order=10)
+def construct_nn(call: Call) -> Value:
+    """`nn.Linear(...)`, `nn.CrossEntropyLoss()`, `nn.Parameter(t)`, `nn.Sequential(...)`."""
+    node, qual = call.node, call.qual
+    if qual.rsplit(".", 1)[-1] == "Parameter":
+        return Value.new_graph(node.lineno, node, V.TENSOR, leaf=True)
+    if qual in _CONTAINER_MODULES:
+        return Value.of(V.MODULE, node=node)
+    tags = {V.MODULE} | ({V.LOSS_FN} if api.is_loss_class(qual) else set())
+    for names, activation in _ACTIVATION_OF_MODULE:
+        if qual in names:
+            return Value(tags=frozenset(tags | {V.ACTIVATION_MODULE}), node=node,
+                         activation=activation)
+    if qual.rsplit(".", 1)[-1] == "Sequential" and node.args:
+        last_layer = call.args[-1]
+        activation = last_layer.activation if last_layer.has(V.ACTIVATION_MODULE) else None
+        # The last layer, for rules that ask what the stack outputs (TPF006 raw logits).
+        return Value(tags=frozenset(tags), node=node, activation=activation,
+                     fields=(("last", last_layer),))
+    return Value(tags=frozenset(tags), node=node)
+
+
+# ---------------------------------------------------------------------- calling a module
+@callee(lambda called: called.has(V.LOSS_FN))
+def _call_loss(call: Call, called: Value) -> Value:
+    return loss_result(call)
+
+
+@callee(lambda called: called.has(V.ACTIVATION_MODULE))
+def _call_activation(call: Call, called: Value) -> Value:
+    return call.first.activated(called.activation)
+
+
+@callee(lambda called: called.has(V.MODULE) or (
+    called.has(V.SELF) and called.cls is not None and called.cls.is_module))
+def _call_module(call: Call, called: Value) -> Value:
+    return call.flow.forward(call.node, called, call.args, call.kwargs)
+
+
+# ---------------------------------------------------------------------- module methods
+MODEL_NAME_RE = api.MODEL_PARAM_RE
+
+
+def _model_like(text: str) -> bool:
+    return bool(MODEL_NAME_RE.match(text.split(".")[-1]))
+
+
+def _chain_root(call: Call) -> str:
+    """`model` for `model.to(device).cuda().train()`: calls returning the module are skipped."""
+    expr = call.receiver_node
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in RETURNS_SELF:
+        expr = expr.func.value
+    return (dotted(expr) or "") if expr is not None else ""
+
+
+@method("eval", "train")
+def _mode_switch(call: Call) -> Optional[Value]:
+    """`model.eval()` / `model.train()` / `model.train(False)` on a module or a model-named
+    receiver; anything else named `train()` (a trainer's) is not a mode switch."""
+    root = call.receiver_text or _chain_root(call)
+    if not (call.receiver.has(V.MODULE) or _model_like(root)):
+        return None
+    node = call.node
+    to_eval = call.method == "eval" or (node.args and is_const(node.args[0], False))
+    call.flow.record_mode(node, "eval" if to_eval else "train", root)
+    return call.receiver
+
+
+@method(*RETURNS_SELF, on=(V.MODULE,))
+def _returns_self(call: Call) -> Value:
+    return call.receiver
+
+
+@method("forward", on=(V.MODULE,))
+def _forward(call: Call) -> Value:
+    return call.flow.forward(call.node, call.receiver, call.args, call.kwargs)
+
+
+@method("parameters", "named_parameters", on=(V.MODULE,))
+def _parameters(call: Call) -> Value:
+    return Value.of(V.PARAMS, V.CONTAINER)
+
+
+@method("modules", "children", on=(V.MODULE,))
+def _submodules(call: Call) -> Value:
+    return Value.of(V.MODULE).as_container()
+
+
+@other_methods(V.MODULE)
+def _other_module_method(call: Call) -> Value:
+    return UNKNOWN   # `no_sync()` too: DDP/FSDP skip the all-reduce, nothing scales the loss
+
+
+@other_attributes(V.MODULE)
+def _submodule(access: Access) -> Optional[Value]:
+    """`model.module`, `model.fc`: submodules of a module are modules."""
+    return None if access.attr in _NOT_SUBMODULES else Value.of(V.MODULE)
+
+
+
+def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) -> Value:
+    """What `module(x)` returns: a fresh graph (unless autograd is off) holding raw logits,
+    or the activation its forward ends in, or a loss; `result` is what the forward's own
+    summary returned (a module class of the file) with the module's known activation,
+    `inputs` the arguments' values."""
+    line = node.lineno
+    tags = {V.TENSOR} | (result.tags & V.ACTIVATION_TAGS)
+    if not tags & V.ACTIVATION_TAGS:
+        tags.add(V.LOGITS)
+    if module.has(V.LOSS_FN):
+        tags = {V.TENSOR, V.LOSS}
+    return Value(grad=not no_grad, graphs=V.union_graphs(frozenset({line}), result.graphs),
+                 origin=V.Origin(line, node),
+                 tags=frozenset(tags) | (result.tags & {V.DIVIDED, V.LOSS}),
+                 containers=result.containers | join_all(inputs).containers,
+                 elements=result.elements)

@@ -1,0 +1,131 @@
+"""Tensor methods and attributes: which keep the autograd graph, which break it, and the
+universal training calls (`backward`, `zero_grad`) that mean the same on any receiver."""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from .. import torchapi as api
+from .. import values as V
+from ..values import UNKNOWN, Value, derived
+from .registry import (GRAD, Access, Call, assigned_attribute, attribute, method,
+                       other_attributes, other_methods)
+
+# Graph-breaking methods whose result lives on the host (a number, a size, a list/array).
+HOST_RESULTS = frozenset({"item", "tolist", "numpy", "size", "dim", "numel", "nelement",
+                          "element_size", "data_ptr", "stride", "get_device", "is_contiguous"})
+# Graph-keeping methods whose result still holds the receiver's activation (a cast, a view).
+_KEEPS_ACTIVATION = frozenset({"to", "float", "half", "double", "bfloat16", "cuda",
+                               "contiguous", "view", "reshape", "squeeze", "unsqueeze",
+                               "flatten", "clone"})
+# `x.backward()` through a framework object: which one ran it.
+_BACKWARD_VIA = ((V.ACCELERATOR, "accelerator"), (V.ENGINE, "engine"), (V.FABRIC, "fabric"))
+
+
+# ---------------------------------------------------------------------- universal calls
+@method("backward")
+def _backward(call: Call) -> Value:
+    """`loss.backward()`, or `accelerator.backward(loss)` / `engine.backward(loss)` /
+    `fabric.backward(loss)` (an unknown receiver given the loss is taken as Accelerate's)."""
+    receiver = call.receiver
+    if receiver.grad or receiver.has(V.LOSS) or not call.args or receiver.has(V.TENSOR):
+        call.flow.record_backward(call.node, receiver, "tensor")
+        return UNKNOWN
+    via = next((name for kind, name in _BACKWARD_VIA if receiver.has(kind)), "accelerator")
+    call.flow.record_backward(call.node, call.args[0], via)
+    return UNKNOWN
+
+
+@method("zero_grad")
+def _zero_grad(call: Call) -> Value:
+    call.flow.record_reset(call.node)
+    return UNKNOWN
+
+
+@method("zero_")
+def _grad_zero(call: Call) -> Optional[Value]:
+    """`p.grad.zero_()` over parameters resets gradients; any other `zero_()` does not."""
+    receiver = call.receiver_node
+    if isinstance(receiver, ast.Attribute) and receiver.attr == "grad":
+        call.flow.record_reset(call.node)
+        return UNKNOWN
+    return None
+
+
+@assigned_attribute("grad")
+def _grad_assigned(flow, stmt: ast.stmt) -> None:
+    """`p.grad = None` over parameters resets gradients."""
+    flow.record_reset(stmt)
+
+
+# ---------------------------------------------------------------------- tensor methods
+@method("detach", "detach_", on=(V.TENSOR,))
+def _detach(call: Call) -> Value:
+    return call.receiver.no_graph(V.TENSOR)
+
+
+@method(*(api.GRAPH_BREAKING_METHODS - {"detach", "detach_"}), on=(V.TENSOR,))
+def _breaks_graph(call: Call) -> Value:
+    if call.method in HOST_RESULTS:
+        return call.receiver.host_number()
+    return call.receiver.no_graph(V.TENSOR)
+
+
+@method("softmax", on=(V.TENSOR,))
+def _softmax(call: Call) -> Value:
+    return call.receiver.activated(V.SOFTMAX)
+
+
+@method("log_softmax", on=(V.TENSOR,))
+def _log_softmax(call: Call) -> Value:
+    return call.receiver.activated(V.LOG_SOFTMAX)
+
+
+@method("sigmoid", on=(V.TENSOR,))
+def _sigmoid(call: Call) -> Value:
+    return call.receiver.activated(V.SIGMOID)
+
+
+@method("div", "div_", "true_divide", on=(V.TENSOR,))
+def _divide(call: Call) -> Optional[Value]:
+    """`loss.div(k)`: a divided loss (gradient accumulation scaling)."""
+    receiver = call.receiver
+    if receiver.grad or receiver.has(V.LOSS):
+        return derived([receiver] + list(call.args), V.DIVIDED)
+    return None
+
+
+@other_methods(V.TENSOR)
+def _tensor_method(call: Call) -> Value:
+    """Graph-keeping methods keep the receiver's graphs (and, for casts and views, its
+    activation; `.cuda()` / `.to(<cuda>)` put it on the GPU); anything else is unknown."""
+    if call.method not in api.GRAPH_KEEPING_METHODS:
+        return UNKNOWN
+    receiver = call.receiver
+    keep = [t for t in receiver.tags if t in V.ACTIVATION_TAGS] \
+        if call.method in _KEEPS_ACTIVATION else []
+    on_cuda = call.method == "cuda" or (
+        call.method == "to" and any(a.has(V.CUDA_DEVICE) for a in call.args))
+    out = derived([receiver] + [a for a in call.args if a.grad], *keep,
+                  *((V.CUDA_DEVICE,) if on_cuda else ()))
+    return out.with_tags(*(t for t in receiver.tags if t == V.CUDA_DEVICE))
+
+
+# ---------------------------------------------------------------------- attributes
+@attribute(*api.GRAPH_BREAKING_ATTRS, on=(GRAD,))
+def _breaking_attribute(access: Access) -> Value:
+    """`loss.data`, `out.shape`, `x.requires_grad`: no graph."""
+    return access.base.no_graph(V.TENSOR if access.attr in ("data", "grad") else V.PYSCALAR)
+
+
+@other_attributes(GRAD)
+def _graph_attribute(access: Access) -> Value:
+    """`out.logits`, `out.loss`: part of a grad-bearing output."""
+    tag = {"logits": V.LOGITS, "loss": V.LOSS}.get(access.attr)
+    return derived([access.base], *((tag,) if tag else ()))
+
+
+@attribute("grad", "data", "T", "mT", on=(V.TENSOR,))
+def _tensor_attribute(access: Access) -> Optional[Value]:
+    """`p.grad` of a parameter (TPF010 counts syncs on it)."""
+    return None if access.base.has(V.PYSCALAR) else Value.of(V.TENSOR)

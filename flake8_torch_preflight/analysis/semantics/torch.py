@@ -1,0 +1,104 @@
+"""torch functions: losses, activations, autograd, devices, grad-mode contexts, wrappers.
+
+Every name is a qualified name resolved through the file's imports (`F.softmax` ->
+`torch.nn.functional.softmax`); see `torchapi` for the name tables.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from .. import torchapi as api
+from .. import values as V
+from ..astutil import is_const, keyword
+from ..values import UNKNOWN, Value, derived, join_all
+from .registry import Call, grad_context, qualified, qualified_matching
+
+
+def loss_result(call: Call) -> Value:
+    """The value of a loss: a fresh graph over its inputs."""
+    node = call.node
+    return Value.new_graph(node.lineno, node, V.TENSOR, V.LOSS, inputs=join_all(call.args))
+
+
+@qualified(*api.LOSS_FUNCTIONS)
+def _loss_function(call: Call) -> Value:
+    return loss_result(call)
+
+
+@qualified(*api.SOFTMAX_FUNCS)
+def _softmax(call: Call) -> Value:
+    return call.first.activated(V.SOFTMAX)
+
+
+@qualified(*api.LOG_SOFTMAX_FUNCS)
+def _log_softmax(call: Call) -> Value:
+    return call.first.activated(V.LOG_SOFTMAX)
+
+
+@qualified(*api.SIGMOID_FUNCS)
+def _sigmoid(call: Call) -> Value:
+    return call.first.activated(V.SIGMOID)
+
+
+@qualified("torch.autograd.backward")
+def _autograd_backward(call: Call) -> Optional[Value]:
+    if not call.args:
+        return None
+    call.flow.record_backward(call.node, call.args[0], "autograd")
+    return UNKNOWN
+
+
+@qualified("torch.device")
+def _device(call: Call) -> Optional[Value]:
+    if call.args and call.args[0].has(V.CUDA_DEVICE):
+        return Value.of(V.CUDA_DEVICE)
+    return None
+
+
+@qualified(*api.DDP_WRAPPERS)
+def _data_parallel_wrapper(call: Call) -> Value:
+    """`DDP(model)`, `FSDP(model)`: still the model (its class), now wrapped."""
+    wrapped = call.first
+    return Value(tags=wrapped.tags | {V.MODULE, V.DDP}, cls=wrapped.cls, node=call.node)
+
+
+@qualified_matching(lambda qual: bool(api.TORCH_MODEL_WRAPPER_RE.match(qual)), order=40)
+def _model_wrapper(call: Call) -> Value:
+    """`torch.compile(model)`, `DataParallel(model)`: the same model behind a wrapper."""
+    return wrapped_model(call)
+
+
+def wrapped_model(call: Call) -> Value:
+    wrapped = call.first
+    return Value(tags=frozenset({V.MODULE}) | (wrapped.tags & {V.DDP}), cls=wrapped.cls,
+                 node=call.node)
+
+
+@qualified_matching(lambda qual: qual.startswith("torch."), order=90)
+def _torch_function(call: Call) -> Value:
+    """Any other `torch.*` function: a tensor, carrying the graphs of its tensor inputs
+    unless it is one that breaks them (`torch.argmax`, constructors)."""
+    node = call.node
+    if is_const(keyword(node, "requires_grad"), True):
+        return Value.new_graph(node.lineno, node, V.TENSOR, leaf=True)
+    if call.qual in api.TORCH_BREAKING_FUNCS or not any(a.grad for a in call.args):
+        cuda = any(v.has(V.CUDA_DEVICE) for v in call.kwargs.values())
+        return Value.of(V.TENSOR, *((V.CUDA_DEVICE,) if cuda else ()))
+    return derived(list(call.args) + list(call.kwargs.values()), V.TENSOR)
+
+
+@grad_context
+def grad_mode(qual: Optional[str], call: Optional[ast.Call]) -> Optional[bool]:
+    """For a `with` context: False when it disables autograd, True when it enables it,
+    None when it does not touch it (or we cannot tell which)."""
+    if qual in api.GRAD_DISABLING:
+        if call is not None and call.args and is_const(call.args[0], False):
+            return None  # inference_mode(False)
+        return False
+    if qual in api.SET_GRAD_ENABLED and call is not None and call.args:
+        flag = call.args[0]
+        if isinstance(flag, ast.Constant):
+            return bool(flag.value)
+        return False  # `set_grad_enabled(phase == "train")`: may be off; stay quiet
+    return None
