@@ -66,7 +66,7 @@ def test_at_least_41_architectures_across_families():
 @pytest.mark.parametrize("key", sorted(db.models()))
 def test_count_recomputed_from_published_config(key):
     entry = db.model_entry(key)
-    assert db.param_breakdown(entry["family"], entry["config"])["total"] == entry["params"]
+    assert db.param_breakdown(entry["family"], entry["config"]).total == entry["params"]
 
 
 @pytest.mark.parametrize("key,count", sorted(PUBLISHED.items()))
@@ -78,14 +78,14 @@ def test_mixtral_active_parameters_are_two_experts():
     entry = db.model_entry("mixtral-8x7b")
     bd = db.param_breakdown(entry["family"], entry["config"])
     mlp = 3 * 4096 * 14336
-    assert bd["total"] - bd["active"] == 32 * 6 * mlp
-    assert 12.8e9 < bd["active"] < 13.0e9
+    assert bd.total - bd.active == 32 * 6 * mlp
+    assert 12.8e9 < bd.active < 13.0e9
 
 
 def test_tied_embeddings_count_once():
     tied = db.param_breakdown("llama", dict(db.model_entry("llama-3.2-1b")["config"]))
     untied = db.param_breakdown("llama", dict(db.model_entry("llama-3.2-1b")["config"], tied=False))
-    assert untied["total"] - tied["total"] == 128256 * 2048
+    assert untied.total - tied.total == 128256 * 2048
 
 
 @pytest.mark.parametrize(
@@ -175,6 +175,46 @@ def test_unresolvable_targets():
         assert db.resolve_target(text) is None
 
 
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("0xa100-80gb", "count of '0'"),
+        ("00008xa100-80gb", "no leading zeros"),
+        ("2x2xa100-80gb", "nested"),
+        ("2x2x2x2x2x2x2x2x2x2x2x2x2x2x2x2x2x2x2x2xa100", "nested"),
+        ("9" * 400 + "xa100-80gb", "characters"),
+        ("9" * 60 + "xa100-80gb", "1 to 4096"),
+        ("5000xa100-80gb", "1 to 4096"),
+        ("2xp4de.24xlarge", "instances"),
+        ("9" * 7 + "TiB", "64 TiB"),
+        ("0.0GiB", "more than 0"),
+        ("h100-sxm" * 20, "characters"),
+    ],
+)
+def test_hostile_targets_are_rejected_with_a_reason(text, why):
+    target, reason = db.parse_target(text)
+    assert target is None
+    assert why in reason
+    assert db.resolve_target(text) is None and db.target_problem(text) == reason
+
+
+def test_counts_and_capacities_that_are_fine():
+    assert db.resolve_target("4096xh100")["count"] == 4096
+    assert db.resolve_target("1.5TiB")["memory_bytes"] == int(1.5 * 1024**4)
+    assert db.target_problem("8xa100-80gb") is None
+
+
+@pytest.mark.parametrize("text", ["9" * 400, "1e400", "9" * 17, "0", "-3", "7Q", "inf", "nan"])
+def test_params_text_is_bounded(text):
+    assert db.parse_params(text) is None
+
+
+def test_params_text_parses():
+    assert db.parse_params("7B") == 7 * 10**9
+    assert db.parse_params("1.5b") == 1_500_000_000
+    assert db.parse_params("1000T") == 10**15
+
+
 HF = importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("torch") is not None
 
 
@@ -185,7 +225,7 @@ def hf_model(key):
 
     e = db.model_entry(key)
     c, fam, cls = e["config"], e["family"], e.get("hf_class")
-    if fam == "llama":
+    if fam in ("llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2", "phi3"):
         name = cls.replace("ForCausalLM", "Config")
         kw = dict(
             vocab_size=c["vocab"],
@@ -353,7 +393,12 @@ def hf_model(key):
 
 @pytest.mark.skipif(not HF, reason="needs transformers and torch")
 @pytest.mark.parametrize(
-    "key", [k for k, e in sorted(db.models().items()) if e["family"] not in ("efficientnet", "unet2d")]
+    "key",
+    [
+        k
+        for k, e in sorted(db.models().items())
+        if e.get("hf_class") and e["family"] not in ("efficientnet", "unet2d")
+    ],
 )
 def test_real_class_on_meta_device(key):
     model = hf_model(key)

@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import db
+from .registry import family as _family
 from .config_comments import Value
 
 GIB = 1024**3
@@ -157,22 +158,11 @@ def _shape(
     model_key: Optional[str], params: Optional[int]
 ) -> Tuple[str, Dict[str, Any], Dict[str, Any], bool]:
     """family, config, param breakdown, exact? for a known model or a ``params=`` stand-in."""
-    if model_key:
-        entry = db.model_entry(model_key)
-        bd = db.param_breakdown(entry["family"], entry["config"])
-        return entry["family"], entry["config"], bd, True
-    family, config = db.generic_decoder(params or 1)
-    bd = db.param_breakdown(family, config)
-    scale = (params or bd["total"]) / bd["total"]
-    bd = dict(
-        bd,
-        total=int(params or bd["total"]),
-        embed=int(bd["embed"] * scale),
-        head=int(bd["head"] * scale),
-        linear=int(bd["linear"] * scale),
-        active=int(params or bd["total"]),
-    )
-    return family, config, bd, False
+    m = db.spec(model_key) if model_key else db.generic_decoder(params or 1)
+    b = m.breakdown
+    bd = dict(total=b.total, embed=b.embed, head=b.head, linear=b.linear, active=b.active,
+              lora_targets=[(t.name, t.fan_in, t.fan_out) for t in b.lora_targets], default_lora=b.default_lora)
+    return m.family.name, m.config, bd, bool(model_key)
 
 
 def _dims(family: str, c: Dict[str, Any]) -> Dict[str, Any]:
@@ -214,7 +204,7 @@ def inference_workspace(
     """Transient bytes of one block under no_grad: nothing is kept for backward, so the peak is
     the block input, q/k/v/attention output, the MLP intermediates (3 ff-wide tensors for a gated
     MLP, 2 otherwise) and, under eager attention, the score matrix in fp32 plus its half copy."""
-    kind = db.KIND[family]
+    kind = _family(family).kind
     if kind not in ("decoder", "encoder", "encdec", "vit", "clip"):
         return None
     dims = _dims(family, config)
@@ -222,7 +212,7 @@ def inference_workspace(
         vc = config["vision"] if kind == "clip" else config
         seq = (image // vc["patch"]) ** 2 + 1
     ab = 4 if precision_class(precision) == "fp32" else 2
-    gated = family == "llama"
+    gated = _family(family).style == "decoder_gated"
     moe_k = config.get("experts_active", 1) if config.get("experts", 1) > 1 else 1
     per = ab * (3 * dims["h"] + (3 if gated else 2) * dims["ff"] * moe_k + 2 * dims["q"] + 2 * dims["kv"])
     if attention == "eager":
@@ -250,7 +240,7 @@ def activation_bytes(
     """
     co_all = coefficients()
     pc = precision_class(precision)
-    kind = db.KIND[family]
+    kind = _family(family).kind
     dims = _dims(family, config)
     resid = 2 if pc == "half" else 4
 
@@ -271,7 +261,7 @@ def activation_bytes(
         return full + (co.get("final", 0.0) * dims["h"] + co.get("tok", 0.0)) * tokens, per_layer * tokens
 
     if kind == "decoder":
-        style = "decoder_gated" if family == "llama" else "decoder_gelu"
+        style = _family(family).style
         tokens = batch * seq
         stored, one = stack(style, dims["layers"], tokens, seq)
         return stored, one, f"{dims['layers']} blocks x {batch}x{seq} tokens", True
@@ -328,7 +318,7 @@ def activation_bytes(
         measured = entry is not None and str(entry.get("source", "")).startswith("measured")
         if entry is None:
             entry = table["_default_per_param"]
-            per_image = entry[pc] * (db.count_params(model_key) if model_key else 25e6)
+            per_image = entry[pc] * (db.spec(model_key).params if model_key else 25e6)
         else:
             per_image = entry[pc]
         scale = (image / 224.0) ** 2
@@ -365,7 +355,7 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
     params = setting(settings, "params")
     family, config, bd, exact = _shape(model_key, params)
     dims = _dims(family, config)
-    kind = db.KIND[family]
+    kind = _family(family).kind
     mode = setting(settings, "mode", "train")
     train = mode == "train"
     precision = setting(settings, "precision", "fp32")

@@ -54,7 +54,7 @@ def _set(s: Dict[str, Value], **kw: Any) -> Dict[str, Value]:
 
 def _kind(s: Dict[str, Value]) -> str:
     m = s.get("model")
-    return db.KIND[db.model_entry(m.value)["family"]] if m else "decoder"
+    return db.spec(m.value).kind if m else "decoder"
 
 
 def _val(s: Dict[str, Value], key: str, default: Any = None) -> Any:
