@@ -85,9 +85,13 @@ def test_lists(capsys):
 
 def test_bad_input_exit_codes(capsys):
     assert main(["--model", "llama-3-8b", "--gpu", "a100-90gb"]) == 3
-    assert "unknown GPU" in capsys.readouterr().out
-    assert main(["/nonexistent/x.py"]) == 4
+    err = capsys.readouterr().err
+    assert "unknown GPU" in err and "a100-80gb" in err  # with a suggestion
+    assert main(["/nonexistent/x.py"]) == 5
+    assert "cannot read /nonexistent/x.py" in capsys.readouterr().err
     assert main([os.path.join(HERE, "malformed.py")]) == 3
+    out = capsys.readouterr().out
+    assert "TPF102 line 2" in out and "verdict" not in out  # no report built on a wrong value
 
 
 def test_nothing_fits(capsys):

@@ -56,7 +56,9 @@ def test_deepspeed_config_dict():
 
 
 def test_deepspeed_json_file_named_by_script():
-    v, facts = values("deepspeed_file.py")
+    src, path = load("deepspeed_file.py")
+    facts = estimate_source(src, path).facts
+    v = {k: x.value for k, x in facts.values.items()}
     assert v["sharding"] == "zero2"
     assert v["batch"] == 1  # TrainingArguments keyword beats the JSON file's micro-batch
     assert any("ds_zero2.json" in n for n in facts.notes)

@@ -1,13 +1,19 @@
 """``vram-estimate``: the command line.
 
     vram-estimate train.py --gpu h100-80gb
+    vram-estimate train.py config/train_gpt2.py           # nanoGPT-style configurator override
+    vram-estimate recipe.yaml --gpu a100-80gb              # torchtune / litgpt / axolotl / HF / DeepSpeed
     vram-estimate --model llama-3-8b --gpu a100-80gb --mode generate --batch 16 --context 8192
     vram-estimate gpus | models
     vram-estimate train.py --format json
 
 Every ``# vram:`` comment key has a flag of the same name; flags win over comments, which win
-over what is read from the script.  Exit status: 0 fits (or no target), 1 tight, 2 oom,
-3 bad input (TPF102), 4 no model.
+over config files, which win over what is read from the script.  Every flag is checked
+before anything is estimated: a bad value is one ``vram-estimate: error:`` line.
+
+Exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input (a flag, a ``# vram:``
+comment or a config value that is wrong; an unknown model or GPU), 4 no model named,
+5 an input that cannot be read (missing, undecodable, a syntax error, an unreadable config).
 """
 
 from __future__ import annotations
@@ -15,22 +21,53 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 from . import db
-from .config_comments import KEYS
+from .config_comments import KEYS, normalise
+
+EXIT_FITS, EXIT_TIGHT, EXIT_OOM, EXIT_BAD_INPUT, EXIT_NO_MODEL, EXIT_UNREADABLE = 0, 1, 2, 3, 4, 5
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its own exit status for usage errors (2 is "oom" here)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _checked(key: str) -> Callable[[str], str]:
+    """An argparse type that accepts exactly what a '# vram: key=' comment accepts."""
+
+    def check(text: str) -> str:
+        _value, error = normalise(key, text)
+        if error:
+            raise argparse.ArgumentTypeError(error)
+        return text
+
+    check.__name__ = key  # argparse names the type in "invalid <name> value" messages
+    return check
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="vram-estimate",
         description="Will this PyTorch job fit on that GPU? "
-        "A static estimate from the script and '# vram:' comments.",
+        "A static estimate from the script, its config files and '# vram:' comments.",
+        epilog="exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input, 4 no model, 5 unreadable input",
     )
-    p.add_argument("script", nargs="?", help="a training/inference script, or 'gpus' / 'models'")
+    p.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="input",
+        help="a training/inference script, then config files (YAML/JSON, or nanoGPT-style .py "
+        "overrides); a config file alone; or 'gpus' / 'models'",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     for key in KEYS:
-        p.add_argument(f"--{key}", default=None, help=f"same as '# vram: {key}=...'")
+        p.add_argument(f"--{key}", default=None, type=_checked(key), help=f"same as '# vram: {key}=...'")
     p.add_argument("--lora-targets", default=None, help="comma-separated LoRA target modules, or all-linear")
     return p
 
@@ -69,42 +106,60 @@ def _list_models(fmt: str) -> str:
     return "\n".join(out)
 
 
+def _split_inputs(inputs: List[str]) -> (Optional[str], List[str]):
+    """The script (a ``.py`` first) and the config files that follow it or stand alone."""
+    if inputs and inputs[0].lower().endswith(CONFIG_SUFFIXES):
+        return None, inputs
+    return (inputs[0] if inputs else None), inputs[1:]
+
+
+def exit_status(result: Any) -> int:
+    if result.input_error:
+        return EXIT_UNREADABLE
+    if result.errors:
+        return EXIT_BAD_INPUT
+    if result.estimate is None:
+        return EXIT_NO_MODEL
+    return {"fits": EXIT_FITS, "tight": EXIT_TIGHT, "oom": EXIT_OOM}.get(result.estimate.verdict or "fits", 0)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    from .api import estimate_config, estimate_source
+    from .api import estimate_config, estimate_configs, estimate_file
     from .report import json_report, text_report
 
-    args = _parser().parse_args(argv)
-    if args.script == "gpus":
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (3) or --help (0), already printed
+        return int(exc.code or 0)
+    first = args.inputs[0] if args.inputs else None
+    if first == "gpus" and len(args.inputs) == 1:
         print(_list_gpus(args.format))
         return 0
-    if args.script == "models":
+    if first == "models" and len(args.inputs) == 1:
         print(_list_models(args.format))
         return 0
     overrides = {k: getattr(args, k) for k in KEYS if getattr(args, k) is not None}
     if args.lora_targets:
         overrides["lora_targets"] = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
-    if args.script:
-        try:
-            with open(args.script, encoding="utf-8") as handle:
-                source = handle.read()
-        except OSError as exc:
-            print(f"vram-estimate: cannot read {args.script}: {exc}", file=sys.stderr)
-            return 4
-        result = estimate_source(source, filename=args.script, overrides=overrides)
+    script, configs = _split_inputs(args.inputs)
+    if script:
+        result = estimate_file(script, overrides=overrides, configs=configs)
+    elif configs:
+        result = estimate_configs(configs, overrides=overrides)
     else:
         if not overrides:
-            _parser().print_help()
-            return 4
+            parser.print_help()
+            return EXIT_NO_MODEL
         result = estimate_config(**overrides)
-    if args.format == "json":
-        print(json.dumps(json_report(result, args.script), indent=1))
+    name = script or (configs[0] if configs else None)
+    if result.input_error and args.format == "text":
+        print(f"vram-estimate: {result.input_error}", file=sys.stderr)
+    elif args.format == "json":
+        print(json.dumps(json_report(result, name), indent=1))
     else:
-        print(text_report(result, args.script))
-    if result.errors:
-        return 3
-    if result.estimate is None:
-        return 4
-    return {"fits": 0, "tight": 1, "oom": 2}.get(result.estimate.verdict or "fits", 0)
+        print(text_report(result, name))
+    return exit_status(result)
 
 
 def _run() -> int:  # pragma: no cover - console entry with a quiet broken pipe (`| head`)

@@ -198,6 +198,7 @@ class Value:
     source: str
     line: Optional[int] = None
     text: str = ""
+    guessed: bool = False  # a default (ours or a library's), not a value anyone wrote
 
 
 @dataclass
@@ -215,16 +216,86 @@ class Comments:
     first_col: int = 0
 
 
+# The largest value each count may take: beyond these a value is a typo or hostile input
+# (a report built on batch=10**30 would be nonsense), so it is an error, never a number.
+LIMITS = {
+    "batch": 1 << 20,
+    "seq": 1 << 24,
+    "context": 1 << 24,
+    "new_tokens": 1 << 24,
+    "image": 1 << 16,
+    "world": 1 << 20,
+    "lora": 1 << 16,
+    "params": 10**15,
+}
+_MAX_TEXT = 64  # longer values are never names we know (and are not echoed in full)
+_INT = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,6})?)\s*([kKmM]?)\s*$")
+
+
+def shown(text: str) -> str:
+    """A value as an error message quotes it: at most ``_MAX_TEXT`` characters."""
+    text = str(text)
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
+
+
 def parse_int(text: str) -> Optional[int]:
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$", text)
+    """``8``, ``2k`` (2048), ``1.5k``, ``1m``: a positive integer, or None."""
+    m = _INT.match(text)
     if not m:
         return None
     scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-    number = float(m.group(1))
     if m.group(2) == "" and not m.group(1).isdigit():
         return None
-    value = int(number * scale)
+    value = int(m.group(1)) * scale if m.group(1).isdigit() else int(float(m.group(1)) * scale)
     return value if value > 0 else None
+
+
+def _too_large(text: str) -> bool:
+    digits = re.sub(r"\D", "", text.split(".", 1)[0])
+    return len(digits) > 15
+
+
+def check_count(key: str, raw: str) -> Tuple[Optional[int], Optional[str]]:
+    """A bounded positive integer for ``key``, or an error naming the text and the bound."""
+    text = raw.strip().strip("\"'")
+    limit = LIMITS.get(key)
+    if _too_large(text):
+        return None, f"'{key}={shown(raw)}' is too large (at most {limit:,})"
+    value = parse_int(text)
+    if value is None:
+        return None, f"'{key}={shown(raw)}' is not {ACCEPTED[key]}"
+    if limit is not None and value > limit:
+        return None, f"'{key}={shown(raw)}' is too large (at most {limit:,})"
+    return value, None
+
+
+def check_gpu(text: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """Resolve a GPU / instance / ``NxGPU`` / capacity text, or an error with suggestions.
+
+    The bounds (no nested or zero counts, capacities up to 64 TiB, short names) are
+    :func:`db.parse_target`'s; this adds the close matches and the accepted forms."""
+    text = (text or "").strip().strip("\"'")
+    try:
+        target, why = db.parse_target(text)
+    except (ValueError, OverflowError, RecursionError):
+        target, why = None, f"unknown GPU '{shown(text)}'"
+    if target is not None:
+        return target, None
+    near = db.suggestions(text[:_MAX_TEXT], db.gpu_names() + db.instance_names()) if text else []
+    hint = f"did you mean {', '.join(near)}? " if near else ""
+    return None, (
+        f"{why or 'unknown GPU'}; {hint}accepted: a GPU ({', '.join(db.gpu_names()[:8])}, ...), "
+        "an instance type (p4de.24xlarge, ...), NxGPU (8xa100-80gb) or a capacity (48GiB); "
+        "see `vram-estimate gpus`"
+    )
+
+
+def _local_model(text: str) -> Optional[Any]:
+    """A model folder or cached Hub id with a config.json we can count (see hf_local)."""
+    from .inputs import model_from_local
+
+    model, _looked, _why = model_from_local(text, None)
+    return model
 
 
 def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
@@ -234,45 +305,35 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
     if not text:
         return None, f"empty value for '{key}'"
     if key in INT_KEYS:
-        value = parse_int(text)
-        if value is None:
-            return None, f"'{key}={raw}' is not {ACCEPTED[key]}"
-        return value, None
+        return check_count(key, raw)
     if key == "gpu":
-        target = db.resolve_target(text)
-        if target is None:
-            near = db.suggestions(text, db.gpu_names() + db.instance_names())
-            hint = f"did you mean {', '.join(near)}? " if near else ""
-            return None, (
-                f"unknown GPU '{text}'; {hint}accepted: a GPU ({', '.join(db.gpu_names()[:8])}, ...), "
-                "an instance type (p4de.24xlarge, ...), NxGPU (8xa100-80gb) or a capacity (48GiB); "
-                "see `vram-estimate gpus`"
-            )
-        return text, None
+        _target, error = check_gpu(text)
+        return (None, error) if error else (text, None)
     if key == "model":
         if low.startswith("params="):
             return normalise("params", text.split("=", 1)[1])
-        key_ = db.find_model(text)
+        key_ = db.find_model(text) if len(text) <= 200 else None
         if key_ is None:
-            near = db.suggestions(text, db.model_names())
+            local = _local_model(text)
+            if local is not None:
+                return local, None
+            near = db.suggestions(text[:_MAX_TEXT], db.model_names())
             hint = f"did you mean {', '.join(near)}? " if near else ""
             return None, (
-                f"unknown model '{text}'; {hint}accepted: a built-in architecture or Hugging Face id "
-                "(see `vram-estimate models`), or params=7B for an unknown model"
+                f"unknown model '{shown(text)}'; {hint}accepted: a built-in architecture or Hugging Face id "
+                "(see `vram-estimate models`), a folder with a config.json, or params=7B for an "
+                "unknown model"
             )
         return key_, None
     if key == "params":
-        value = db.parse_params(text)
-        if value is None:
-            return None, f"'params={raw}' is not {ACCEPTED['params']}"
+        value = db.parse_params(text) if not _too_large(text) else None
+        if value is None or value > LIMITS["params"]:
+            return None, f"'params={shown(raw)}' is not {ACCEPTED['params']} (at most 1000T)"
         return value, None
     if key == "lora":
         if low in ("off", "none", "0", "false", "no"):
             return 0, None
-        value = parse_int(text)
-        if value is None:
-            return None, f"'lora={raw}' is not {ACCEPTED['lora']}"
-        return value, None
+        return check_count("lora", raw)
     table = {
         "precision": PRECISIONS,
         "optimizer": OPTIMIZERS,
@@ -285,7 +346,7 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
     for candidate in (low, low.replace("-", "_"), low.replace("_", "-"), text.lower()):
         if candidate in table:
             return table[candidate], None
-    return None, f"'{key}={raw}' is not one of {ACCEPTED[key]}"
+    return None, f"'{key}={shown(raw)}' is not one of {ACCEPTED[key]}"
 
 
 def parse_comment(text: str, line: int, col: int = 0) -> Tuple[Dict[str, Value], List[CommentError]]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from .api import Result
+from .api import Result, Sweep
 from .config_comments import KEYS
 from .estimate import Estimate
 
@@ -38,7 +39,7 @@ def _src(est: Estimate, key: str) -> Optional[str]:
     return f"{key}={value} {v.source}"
 
 
-def evidence(est: Estimate, limit: int = 3) -> str:
+def evidence_text(est: Estimate, limit: int = 3) -> str:
     """Largest terms with the inputs they came from."""
     parts = []
     for t in sorted(est.terms, key=lambda t: -t.point)[:limit]:
@@ -57,32 +58,77 @@ def fix_text(result: Result) -> str:
     return "nothing here fits this card; pick a larger GPU or more of them (`vram-estimate gpus`)"
 
 
-def flake8_message(result: Result) -> Optional[str]:
+@dataclass(frozen=True)
+class VramFinding:
+    """One memory finding, structured (``tpf check`` renders JSON/SARIF/GitHub from these)."""
+
+    line: int
+    col: int
+    code: str  # TPF100 / TPF101 / TPF102
+    severity: str  # error / warning
+    what: str
+    evidence: str
+    fix: str
+
+    def message(self) -> str:
+        """The flake8 line: ``CODE [severity] what (evidence); fix: fix``."""
+        evidence = f" ({self.evidence})" if self.evidence else ""
+        return f"{self.code} [{self.severity}] {self.what}{evidence}; fix: {self.fix}"
+
+
+def error_finding(line: int, col: int, message: str, fix: str = "correct the '# vram:' comment or option") -> VramFinding:
+    """TPF102 for a bad input; a message that carries its own '; fix: ...' keeps it."""
+    what, sep, own_fix = message.rpartition("; fix: ")
+    if not sep:
+        what, own_fix = message, fix
+    return VramFinding(line, col, "TPF102", "error", what, "", own_fix)
+
+
+def _default_source(sweep: Sweep, est: Estimate) -> str:
+    v = est.settings.get(sweep.key)
+    return v.source if v is not None else "default"
+
+
+def verdict_finding(result: Result) -> Optional[VramFinding]:
+    """TPF100 / TPF101 for a result with a target, or None when it fits."""
     est = result.estimate
     if est is None or est.target is None:
         return None
     verdict = est.verdict
+    if verdict == "fits":
+        return None
     name = est.target["name"]
     interval = f"{gib(est.lower)}–{gib(est.upper)} GiB"
-    ev = evidence(est)
-    if verdict == "oom":
-        return (
-            f"TPF100 [error] projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB "
-            f"even at the optimistic end ({interval}; {ev}); fix: {fix_text(result)}"
+    evidence = f"{interval}; {evidence_text(est)}"
+    line, col = result.report_line, result.report_col
+    deciding = result.deciding
+    if deciding:
+        sweep = deciding[0]
+        fitting = sweep.last_fitting()
+        what = (
+            f"projected peak {gib(est.point)} GiB on {name} (usable {gib(est.usable)} GiB) depends on "
+            f"{sweep.key}, which was not read ({sweep.key}={sweep.default} {_default_source(sweep, est)}): "
+            f"{sweep.summary()}"
         )
-    if verdict == "tight":
-        if est.point <= est.usable:
-            what = (
-                f"projected peak {gib(est.point)} GiB fits {name} usable {gib(est.usable)} GiB but not its "
-                f"error margin"
-            )
-        else:
-            what = (
-                f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB; it fits "
-                f"only at the optimistic end"
-            )
-        return f"TPF101 [warning] {what} ({interval}; {ev}); fix: {fix_text(result)}"
-    return None
+        fix = f"state the {sweep.key} ('# vram: {sweep.key}=N' or the script's own setting)"
+        fix += f"; it fits up to {sweep.key} {fitting}" if fitting else f"; at {sweep.key} {sweep.default}: {fix_text(result)}"
+        return VramFinding(line, col, "TPF101", "warning", what, evidence, fix)
+    if verdict == "oom":
+        what = f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB even at the optimistic end"
+        return VramFinding(line, col, "TPF100", "error", what, evidence, fix_text(result))
+    if est.point <= est.usable:
+        what = f"projected peak {gib(est.point)} GiB fits {name} usable {gib(est.usable)} GiB but not its error margin"
+    else:
+        what = (
+            f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB; it fits only at the "
+            "optimistic end"
+        )
+    return VramFinding(line, col, "TPF101", "warning", what, evidence, fix_text(result))
+
+
+def flake8_message(result: Result) -> Optional[str]:
+    finding = verdict_finding(result)
+    return finding.message() if finding else None
 
 
 def _bar(x: float, total: float, width: int = 28) -> str:
@@ -97,12 +143,19 @@ def _bar(x: float, total: float, width: int = 28) -> str:
 def text_report(result: Result, filename: Optional[str] = None) -> str:
     est = result.estimate
     lines: List[str] = []
+    if result.input_error:
+        return f"vram-estimate: {result.input_error}"
     for e in result.errors:
         lines.append(f"TPF102 line {e.line}: {e.message}")
+    if result.errors:
+        lines.append("no estimate: correct the values above first (nothing is estimated on a value that is wrong)")
+        return "\n".join(lines)
     if est is None:
         lines.append(
             "no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)"
         )
+        for note in result.facts.notes if result.facts else []:
+            lines.append(f"note: {note}")
         return "\n".join(lines)
     s = est.settings
 
@@ -157,6 +210,7 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
     else:
         lines.append("")
         lines.append("no target GPU: pass --gpu (or '# vram: gpu=...') for a verdict")
+    lines.extend(sweep_lines(result))
     for note in est.notes + (result.facts.notes if result.facts else []):
         lines.append(f"note: {note}")
     if result.remedies:
@@ -189,16 +243,37 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
     return "\n".join(lines)
 
 
+def sweep_lines(result: Result) -> List[str]:
+    """For each defaulted batch / sequence length: the verdict over its plausible range."""
+    out: List[str] = []
+    est = result.estimate
+    for sweep in result.sweeps:
+        decides = "decides the verdict" if sweep.decides else "does not change the verdict"
+        out.append("")
+        out.append(
+            f"{sweep.key} was not read ({sweep.key}={sweep.default} {_default_source(sweep, est)}) and {decides}:"
+        )
+        width = max(6, max(len(str(v)) for v, _ in sweep.points) + 1)
+        out.append(f"  {sweep.key:<8}" + "".join(f"{v:>{width}}" for v, _ in sweep.points))
+        out.append(f"  {'peak GiB':<8}" + "".join(f"{gib(e.point):>{width}}" for _, e in sweep.points))
+        out.append(f"  {'verdict':<8}" + "".join(f"{e.verdict:>{width}}" for _, e in sweep.points))
+        if sweep.decides:
+            out.append(f"  {sweep.summary()}; set it with '# vram: {sweep.key}=N' or --{sweep.key} N")
+    return out
+
+
 def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any]:
     est = result.estimate
     doc: Dict[str, Any] = {
         "file": filename,
         "errors": [dict(line=e.line, col=e.col, message=e.message) for e in result.errors],
     }
+    if result.input_error:
+        doc["input_error"] = result.input_error
     if est is None:
         doc["estimate"] = None
         return doc
-    doc["inputs"] = {k: {"value": v.value, "source": v.source} for k, v in est.settings.items()}
+    doc["inputs"] = {k: {"value": _plain(v.value), "source": v.source} for k, v in est.settings.items()}
     doc["params"] = {"total": est.params_total, "trainable": est.params_trainable}
     doc["terms"] = [
         dict(name=t.name, lower=int(t.lower), point=int(t.point), upper=int(t.upper), note=t.note)
@@ -240,5 +315,26 @@ def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any
             if result.combination
             else None
         )
+        doc["sweeps"] = [
+            dict(
+                input=sw.key,
+                default=sw.default,
+                decides=sw.decides,
+                points=[
+                    dict(value=v, verdict=e.verdict, lower=int(e.lower), point=int(e.point), upper=int(e.upper))
+                    for v, e in sw.points
+                ],
+            )
+            for sw in result.sweeps
+        ]
     doc["notes"] = est.notes + (result.facts.notes if result.facts else [])
     return doc
+
+
+def _plain(value: Any) -> Any:
+    """A setting's value as JSON can hold it (a model from a config.json prints as its key)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)

@@ -1,0 +1,582 @@
+"""What library calls say about memory: one handler per callee, looked up by name.
+
+``on_call`` resolves the callee through the file's imports, finds its handler by the last
+name (``from_pretrained``, ``LoraConfig``, ``TrainingArguments``, an optimizer class ...) and
+lets the handler check the qualified name it needs (a Lightning ``Trainer`` is not an HF one).
+Keywords meaningful on any call (``attn_implementation=``, ``max_length=``) and file names
+passed to any call (a DeepSpeed JSON, a YAML config) are read after the handler.
+
+Library knowledge lives in the tables here; ``script_reader`` only binds names and
+dispatches.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Callable, Dict, Optional
+
+from . import db
+from .config_comments import ATTENTIONS
+from .setting_names import optimizer_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .script_reader import _Reader
+
+Handler = Callable[["_Reader", ast.Call, str], None]
+
+OPTIMIZER_CLASSES = {
+    "adamw": "adamw",
+    "adam": "adam",
+    "fusedadam": "adam",
+    "sgd": "sgd",
+    "adafactor": "adafactor",
+    "adamw8bit": "adamw-8bit",
+    "adam8bit": "adamw-8bit",
+    "pagedadamw8bit": "paged-adamw-8bit",
+    "pagedadam8bit": "paged-adamw-8bit",
+    "pagedadamw": "paged-adamw",
+    "pagedadamw32bit": "paged-adamw",
+    "lion": "lion",
+    "lion8bit": "lion-8bit",
+    "deepspeedcpuadam": "adamw",
+    "adamwschedulefree": "adamw",
+}
+OPTIMIZER_MODULES = (
+    "torch.optim",
+    "bitsandbytes",
+    "bnb",
+    "transformers",
+    "deepspeed",
+    "lion_pytorch",
+    "apex",
+    "timm.optim",
+    "schedulefree",
+    "torchao",
+)
+HF_TRAINERS = (
+    "Trainer",
+    "Seq2SeqTrainer",
+    "SFTTrainer",
+    "DPOTrainer",
+    "ORPOTrainer",
+    "GRPOTrainer",
+    "RewardTrainer",
+    "KTOTrainer",
+    "PPOTrainer",
+)
+HF_ARGS = (
+    "TrainingArguments",
+    "Seq2SeqTrainingArguments",
+    "SFTConfig",
+    "DPOConfig",
+    "ORPOConfig",
+    "GRPOConfig",
+    "RewardConfig",
+    "KTOConfig",
+)
+# from_pretrained on these loads no weights that count
+NOT_MODELS = (
+    "Tokenizer",
+    "Processor",
+    "FeatureExtractor",
+    "ImageProcessor",
+    "Scheduler",
+    "GenerationConfig",
+    "PeftConfig",
+)
+LIGHTNING_PRECISION = {
+    "16": "fp16-mixed",
+    "16-mixed": "fp16-mixed",
+    "bf16": "bf16-mixed",
+    "bf16-mixed": "bf16-mixed",
+    "32": "fp32",
+    "32-true": "fp32",
+    "bf16-true": "bf16",
+    "16-true": "fp16",
+    "transformer-engine": "bf16-mixed",
+}
+GENERATION_TASKS = (
+    "text-generation",
+    "text2text-generation",
+    "summarization",
+    "translation",
+    "automatic-speech-recognition",
+)
+SEQ_KEYWORDS = ("max_length", "max_seq_length", "block_size", "seq_len")
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def on_call(reader: "_Reader", call: ast.Call) -> None:
+    q = reader.qual(call.func)
+    last = q.rsplit(".", 1)[-1]
+    handler = HANDLERS.get(last)
+    if handler is None and last.lower().replace("_", "") in OPTIMIZER_CLASSES:
+        handler = _optimizer
+    if handler is None:
+        handler = torchvision_handler(reader, q)
+    if handler is not None:
+        handler(reader, call, q)
+    _generic_keywords(reader, call, last)
+
+
+def _generic_keywords(reader: "_Reader", call: ast.Call, last: str) -> None:
+    for k in call.keywords:
+        if k.arg == "attn_implementation":
+            v, how = reader.try_ev(k.value)
+            if isinstance(v, str) and v.lower() in ATTENTIONS:
+                reader.put("attention", ATTENTIONS[v.lower()], call.lineno, 3, how)
+        elif k.arg in SEQ_KEYWORDS and last != "generate":
+            v, how = reader.try_ev(k.value)
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
+                reader.put("seq", v, call.lineno, 2, how)
+    for arg in list(call.args[:2]) + [k.value for k in call.keywords]:
+        if isinstance(arg, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp)):
+            value, _ = reader.try_ev(arg)
+            reader.config_ref(value, call.lineno, f"{last}()")
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _from_pretrained(reader: "_Reader", call: ast.Call, q: str) -> None:
+    owner = q.rsplit(".", 1)[0].split(".")[-1]
+    if any(s in owner for s in NOT_MODELS):
+        return
+    line = call.lineno
+    ident, how = reader.value_of(call, "pretrained_model_name_or_path", pos=0)
+    if isinstance(ident, str):
+        if owner == "PeftModel":
+            pass  # the adapter's id; the base model is the first argument
+        elif "Config" in owner:
+            key = db.find_model(ident)
+            if key:
+                reader.put("model", key, line, 2, how)
+            else:
+                reader.facts.model_refs.append((ident, line, how))
+        elif owner.startswith("UNet2D") or "Diffusion" in owner:
+            sub, _ = reader.value_of(call, "subfolder")
+            key = db.find_model(ident)
+            if key or sub == "unet":
+                reader.put("model", key or "sd15-unet", line, 3, how)
+        else:
+            reader.model_ref(ident, line, how, prio=3)
+    elif isinstance(call.args[0] if call.args else None, ast.Name):
+        name = call.args[0].id
+        reader.facts.notes.append(
+            f"line {line}: the model is {owner}.from_pretrained({name}) and {name} is set at run time; "
+            "name it with --model or '# vram: model=...'"
+        )
+    if "Config" in owner:
+        return
+    _quantisation(reader, call, line)
+    if "ForCausalLM" in owner or "LMHead" in owner:
+        reader.mark("causal", line, owner)
+
+
+def _quantisation(reader: "_Reader", call: ast.Call, line: int) -> None:
+    for name in ("torch_dtype", "dtype"):
+        node = reader.kw(call, name)
+        if node is not None:
+            dt = reader.dtype_of(node)
+            if dt:
+                reader.put("precision", dt, line, 2, f"{name}=")
+    if reader.value_of(call, "load_in_4bit")[0] is True:
+        reader.put("precision", "nf4", line, 5, "load_in_4bit")
+    elif reader.value_of(call, "load_in_8bit")[0] is True:
+        reader.put("precision", "int8", line, 5, "load_in_8bit")
+    qc = reader.kw(call, "quantization_config")
+    if isinstance(qc, ast.Name) and qc.id in reader.calls_by_name:
+        _bnb(reader, reader.calls_by_name[qc.id], "BitsAndBytesConfig")
+    elif isinstance(qc, ast.Call):
+        _bnb(reader, qc, reader.qual(qc.func))
+
+
+def _bnb(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if reader.qual(call.func).split(".")[-1] != "BitsAndBytesConfig":
+        return
+    if reader.value_of(call, "load_in_4bit")[0] is True:
+        reader.put("precision", "nf4", call.lineno, 5, "BitsAndBytesConfig(load_in_4bit=True)")
+    elif reader.value_of(call, "load_in_8bit")[0] is True:
+        reader.put("precision", "int8", call.lineno, 5, "BitsAndBytesConfig(load_in_8bit=True)")
+
+
+def _timm(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if q.startswith("timm"):
+        name, how = reader.value_of(call, "model_name", pos=0)
+        if isinstance(name, str):
+            reader.model_ref(name, call.lineno, how, prio=3)
+
+
+def _pipeline(reader: "_Reader", call: ast.Call, q: str) -> None:
+    line = call.lineno
+    task, _ = reader.value_of(call, "task", pos=0)
+    model, how = reader.value_of(call, "model")
+    if isinstance(model, str):
+        reader.model_ref(model, line, how, prio=3)
+    if task in GENERATION_TASKS:
+        reader.mark("generate", line, f"pipeline('{task}')")
+    else:
+        reader.mark("inference", line, "pipeline")
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+def _lora_config(reader: "_Reader", call: ast.Call, q: str) -> None:
+    line = call.lineno
+    r, how = reader.value_of(call, "r")
+    rank = r if isinstance(r, int) and not isinstance(r, bool) and 0 < r <= 1 << 16 else None
+    reader.put("lora", rank or 8, line, 3, how or ("" if rank else "LoraConfig default r=8"), guessed=not rank)
+    targets, _ = reader.value_of(call, "target_modules")
+    if isinstance(targets, str):
+        targets = ["all-linear"] if targets == "all-linear" else [targets]
+    if isinstance(targets, list) and targets:
+        reader.put("lora_targets", [str(t) for t in targets][:64], line, 3)
+
+
+def _peft_model(reader: "_Reader", call: ast.Call, q: str) -> None:
+    reader.put("lora", 8, call.lineno, 0, "get_peft_model, LoRA rank defaulted to 8", guessed=True)
+
+
+def _kbit_training(reader: "_Reader", call: ast.Call, q: str) -> None:
+    flag, how = reader.value_of(call, "use_gradient_checkpointing")
+    if flag is None or flag is True:
+        reader.put("checkpointing", "on", call.lineno, 3, how or q.rsplit(".", 1)[-1])
+
+
+def _litgpt_lora(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if q.startswith("litgpt") or "lora" in q:
+        reader.put("lora", 8, call.lineno, 0, "litgpt mark_only_lora_as_trainable, rank not read (default 8)", guessed=True)
+
+
+# --------------------------------------------------------------------------- training setup
+
+
+def _checkpointing(reader: "_Reader", call: ast.Call, q: str) -> None:
+    reader.put("checkpointing", "on", call.lineno, 4)
+
+
+def _torch_checkpoint(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if q.startswith("torch.utils.checkpoint"):
+        reader.put("checkpointing", "on", call.lineno, 4, "torch.utils.checkpoint")
+
+
+def _hf_args(reader: "_Reader", call: ast.Call, q: str) -> None:
+    last = q.rsplit(".", 1)[-1]
+    if not (q.startswith(("transformers", "trl")) or q == last):
+        return
+    line = call.lineno
+    reader.mark("hf_args", line, last)
+    v, how = reader.value_of(call, "per_device_train_batch_size")
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 20:
+        reader.put("batch", v, line, 4, how)
+    elif reader.kw(call, "per_device_train_batch_size") is None:
+        reader.put("batch", 8, line, 1, f"{last} default per_device_train_batch_size=8", guessed=True)
+    v, how = reader.value_of(call, "gradient_checkpointing")
+    if v is True:
+        reader.put("checkpointing", "on", line, 4, how)
+    for flag, precision in (("bf16", "bf16-mixed"), ("fp16", "fp16-mixed")):
+        v, how = reader.value_of(call, flag)
+        if v is True:
+            reader.put("precision", precision, line, 3, how)
+            break
+    v, how = reader.value_of(call, "optim")
+    if isinstance(v, str) and optimizer_name(v):
+        reader.put("optimizer", optimizer_name(v), line, 4, how)
+    else:
+        reader.put("optimizer", "adamw", line, 2, f"{last} default optim=adamw_torch", guessed=True)
+    for k in ("max_seq_length", "max_length"):
+        v, how = reader.value_of(call, k)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
+            reader.put("seq", v, line, 3, how)
+    ds = reader.kw(call, "deepspeed")
+    if ds is not None:
+        _deepspeed_config(reader, ds, line)
+    v, _ = reader.value_of(call, "fsdp")
+    if isinstance(v, str) and v:
+        reader.put("sharding", "zero2" if "shard_grad_op" in v else "fsdp", line, 3)
+        if "offload" in v:
+            reader.put("offload", "both", line, 3)
+
+
+def _hf_argument_parser(reader: "_Reader", call: ast.Call, q: str) -> None:
+    """``HfArgumentParser((ModelArguments, ..., TrainingArguments))``: the run's arguments come
+    from the command line or a JSON/YAML file, on top of the dataclasses' defaults."""
+    if not q.startswith("transformers") and q != "HfArgumentParser":
+        return
+    classes = call.args[0] if call.args else reader.kw(call, "dataclass_types")
+    names = classes.elts if isinstance(classes, (ast.Tuple, ast.List)) else [classes] if classes else []
+    for node in names:
+        last = reader.qual(node).rsplit(".", 1)[-1]
+        if last in HF_ARGS:
+            reader.mark("hf_args", call.lineno, f"HfArgumentParser({last})")
+            reader.put("batch", 8, call.lineno, 1, f"{last} default per_device_train_batch_size=8", guessed=True)
+            reader.put("optimizer", "adamw", call.lineno, 1, f"{last} default optim=adamw_torch", guessed=True)
+    reader.facts.notes.append(
+        f"line {call.lineno}: HfArgumentParser reads the run's arguments from the command line or a "
+        "JSON/YAML file; pass that file too (vram-estimate train.py args.json) to read them"
+    )
+
+
+def _hf_trainer(reader: "_Reader", call: ast.Call, q: str) -> None:
+    last = q.rsplit(".", 1)[-1]
+    lightning = reader.imports.get(last, "").startswith(("pytorch_lightning", "lightning"))
+    if last == "Trainer" and q.startswith(("pytorch_lightning", "lightning")):
+        _lightning(reader, call)
+        return
+    if not (q.startswith(("transformers", "trl")) or q == last and not lightning):
+        return
+    line = call.lineno
+    reader.mark("train", line, f"Hugging Face {last}")
+    target = reader.assigned_to.get(id(call))
+    if target:
+        reader.hf_trainers.add(target)
+    for k in ("max_seq_length", "max_length"):
+        v, how = reader.value_of(call, k)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
+            reader.put("seq", v, line, 3, how)
+
+
+def _lightning(reader: "_Reader", call: ast.Call) -> None:
+    line = call.lineno
+    reader.mark("lightning", line, "Lightning Trainer")
+    target = reader.assigned_to.get(id(call))
+    if target:
+        reader.lightning_trainers.add(target)
+    prec, how = reader.value_of(call, "precision")
+    if prec is not None and str(prec) in LIGHTNING_PRECISION:
+        reader.put("precision", LIGHTNING_PRECISION[str(prec)], line, 3, how)
+    devices, how = reader.value_of(call, "devices", "gpus")
+    nodes, _ = reader.value_of(call, "num_nodes")
+    nodes = nodes if isinstance(nodes, int) and 0 < nodes <= 1 << 16 else 1
+    if isinstance(devices, int) and not isinstance(devices, bool) and 0 < devices <= 1 << 16:
+        reader.put("world", devices * nodes, line, 3, how)
+    elif isinstance(devices, list) and devices:
+        reader.put("world", len(devices), line, 3, how)
+    _lightning_strategy(reader, reader.kw(call, "strategy"), line)
+
+
+def _lightning_strategy(reader: "_Reader", strat: Optional[ast.AST], line: int) -> None:
+    sv, how = reader.try_ev(strat)
+    if isinstance(sv, str):
+        s = sv.lower()
+        if s.startswith("deepspeed"):
+            stage = "zero3" if "3" in s else "zero2" if "2" in s else "zero1"
+            reader.put("sharding", stage, line, 3, how)
+            if "offload" in s:
+                reader.put("offload", "optimizer" if stage != "zero3" else "both", line, 3, how)
+        elif s.startswith("fsdp"):
+            reader.put("sharding", "fsdp", line, 3, how)
+        elif s.startswith("ddp"):
+            reader.put("sharding", "ddp", line, 3, how)
+    elif isinstance(strat, ast.Call):
+        sname = reader.qual(strat.func).split(".")[-1]
+        if sname == "DeepSpeedStrategy":
+            stage, _ = reader.value_of(strat, "stage")
+            reader.put("sharding", {1: "zero1", 2: "zero2", 3: "zero3"}.get(stage, "zero2"), line, 3)
+            if reader.value_of(strat, "offload_optimizer")[0] is True:
+                reader.put("offload", "optimizer", line, 3)
+        elif sname == "FSDPStrategy":
+            reader.put("sharding", "fsdp", line, 3)
+        elif sname == "DDPStrategy":
+            reader.put("sharding", "ddp", line, 3)
+
+
+def _deepspeed_config(reader: "_Reader", node: ast.AST, line: int) -> None:
+    """A DeepSpeed config given as a dict literal, a name bound to one, or a JSON file name."""
+    from .configs.formats import read_deepspeed
+
+    where = line
+    if isinstance(node, ast.Name) and node.id in reader.dicts_by_name:
+        config = reader.try_ev(reader.dicts_by_name[node.id])[0]
+        where = reader.env.get(node.id, (None, line, ""))[1]
+    else:
+        config = reader.try_ev(node)[0]
+    if isinstance(config, str):
+        reader.config_ref(config, line, "DeepSpeed config")
+        return
+    if isinstance(config, dict):
+        for setting in read_deepspeed(config):
+            reader.put(setting.key, setting.value, where, setting.prio, "DeepSpeed config")
+
+
+def _deepspeed_initialize(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if not q.startswith("deepspeed"):
+        return
+    reader.mark("train", call.lineno, "DeepSpeed engine")
+    cfg = reader.kw(call, "config", "config_params")
+    if cfg is not None:
+        _deepspeed_config(reader, cfg, call.lineno)
+
+
+def _dataloader(reader: "_Reader", call: ast.Call, q: str) -> None:
+    v, how = reader.value_of(call, "batch_size", pos=1)
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 20:
+        reader.put("batch", v, call.lineno, 2, how)
+
+
+def _ddp(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if "parallel" in q.lower():
+        reader.put("sharding", "ddp", call.lineno, 2)
+
+
+def _fsdp(reader: "_Reader", call: ast.Call, q: str) -> None:
+    reader.put("sharding", "fsdp", call.lineno, 3)
+
+
+def _accelerator(reader: "_Reader", call: ast.Call, q: str) -> None:
+    mp, how = reader.value_of(call, "mixed_precision")
+    if isinstance(mp, str) and mp in ("bf16", "fp16"):
+        reader.put("precision", mp + "-mixed", call.lineno, 3, how)
+
+
+def _autocast(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if not ("amp" in q or q.startswith("torch")):
+        return
+    dt = reader.dtype_of(reader.kw(call, "dtype"))
+    if dt == "bf16":
+        reader.put("precision", "bf16-mixed", call.lineno, 3)
+    elif dt != "fp32":
+        reader.put("precision", "fp16-mixed", call.lineno, 2)
+
+
+def _grad_scaler(reader: "_Reader", call: ast.Call, q: str) -> None:
+    reader.put("precision", "fp16-mixed", call.lineno, 2, "GradScaler")
+
+
+def _sdpa(reader: "_Reader", call: ast.Call, q: str) -> None:
+    reader.put("attention", "sdpa", call.lineno, 1)
+
+
+def _optimizer(reader: "_Reader", call: ast.Call, q: str) -> None:
+    last = q.rsplit(".", 1)[-1]
+    if not (q.startswith(OPTIMIZER_MODULES) or "optim" in q.lower()):
+        return
+    name = OPTIMIZER_CLASSES[last.lower().replace("_", "")]
+    if name == "sgd":
+        mom, _ = reader.value_of(call, "momentum")
+        if isinstance(mom, (int, float)) and mom > 0:
+            name = "sgd-momentum"
+    reader.put("optimizer", name, call.lineno, 3)
+    if last == "DeepSpeedCPUAdam":
+        reader.put("offload", "optimizer", call.lineno, 3)
+
+
+# --------------------------------------------------------------------------- mode
+
+
+def _backward(reader: "_Reader", call: ast.Call, q: str) -> None:
+    reader.mark("train", call.lineno, ".backward()")
+
+
+def _fit(reader: "_Reader", call: ast.Call, q: str) -> None:
+    base = call.func.value if isinstance(call.func, ast.Attribute) else None
+    if isinstance(base, ast.Name) and base.id in reader.lightning_trainers:
+        reader.mark("train", call.lineno, "Lightning Trainer.fit")
+
+
+def _train(reader: "_Reader", call: ast.Call, q: str) -> None:
+    base = call.func.value if isinstance(call.func, ast.Attribute) else None
+    if isinstance(base, ast.Name) and base.id in reader.hf_trainers:
+        reader.mark("train", call.lineno, "Trainer.train()")
+
+
+def _generate(reader: "_Reader", call: ast.Call, q: str) -> None:
+    line = call.lineno
+    reader.mark("generate", line, ".generate()")
+    v, how = reader.value_of(call, "max_new_tokens")
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
+        reader.put("new_tokens", v, line, 3, how)
+    v, how = reader.value_of(call, "max_length")
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
+        reader.put("context", v, line, 3, how)
+
+
+def _model_cast(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if isinstance(call.func, ast.Attribute) and reader.is_model(call.func.value):
+        reader.put("precision", "fp16" if call.func.attr == "half" else "bf16", call.lineno, 2)
+
+
+def _model_to(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if not (isinstance(call.func, ast.Attribute) and reader.is_model(call.func.value)):
+        return
+    for a in list(call.args) + [k.value for k in call.keywords if k.arg == "dtype"]:
+        dt = reader.dtype_of(a)
+        if dt:
+            reader.put("precision", dt, call.lineno, 2)
+
+
+def _model_eval(reader: "_Reader", call: ast.Call, q: str) -> None:
+    if isinstance(call.func, ast.Attribute) and reader.is_model(call.func.value):
+        reader.mark("inference", call.lineno, "model.eval()")
+
+
+def _torchvision(reader: "_Reader", call: ast.Call, q: str) -> None:
+    last = q.rsplit(".", 1)[-1]
+    key = db.find_model(last)
+    if key:
+        reader.put("model", key, call.lineno, 3)
+
+
+def _image_transform(reader: "_Reader", call: ast.Call, q: str) -> None:
+    last = q.rsplit(".", 1)[-1]
+    v, how = reader.value_of(call, "size", pos=0)
+    if isinstance(v, list) and v:
+        v = v[0]
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16:
+        reader.put("image", v, call.lineno, 2 if last != "Resize" else 1, how)
+
+
+HANDLERS: Dict[str, Handler] = {
+    "from_pretrained": _from_pretrained,
+    "BitsAndBytesConfig": _bnb,
+    "LoraConfig": _lora_config,
+    "get_peft_model": _peft_model,
+    "LoraModel": _peft_model,
+    "prepare_model_for_kbit_training": _kbit_training,
+    "prepare_model_for_int8_training": _kbit_training,
+    "mark_only_lora_as_trainable": _litgpt_lora,
+    "gradient_checkpointing_enable": _checkpointing,
+    "checkpoint": _torch_checkpoint,
+    "checkpoint_sequential": _torch_checkpoint,
+    "HfArgumentParser": _hf_argument_parser,
+    "DataLoader": _dataloader,
+    "DistributedDataParallel": _ddp,
+    "DDP": _ddp,
+    "FullyShardedDataParallel": _fsdp,
+    "FSDP": _fsdp,
+    "fully_shard": _fsdp,
+    "initialize": _deepspeed_initialize,
+    "Accelerator": _accelerator,
+    "autocast": _autocast,
+    "GradScaler": _grad_scaler,
+    "scaled_dot_product_attention": _sdpa,
+    "backward": _backward,
+    "fit": _fit,
+    "train": _train,
+    "generate": _generate,
+    "pipeline": _pipeline,
+    "half": _model_cast,
+    "bfloat16": _model_cast,
+    "to": _model_to,
+    "eval": _model_eval,
+    "create_model": _timm,
+    "Resize": _image_transform,
+    "RandomResizedCrop": _image_transform,
+    "CenterCrop": _image_transform,
+    "RandomCrop": _image_transform,
+    **{name: _hf_args for name in HF_ARGS},
+    **{name: _hf_trainer for name in HF_TRAINERS},
+}
+
+
+def torchvision_handler(reader: "_Reader", q: str) -> Optional[Handler]:
+    """``torchvision.models.resnet50()``: any callee under torchvision.models names a model."""
+    if q.startswith("torchvision.models") or (
+        q.startswith("models.") and "torchvision" in reader.imports.get("models", "")
+    ):
+        return _torchvision
+    return None
+

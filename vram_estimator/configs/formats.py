@@ -1,0 +1,356 @@
+"""What training config files say about memory, one reader per format.
+
+A file is recognised by keys only its format uses (``FORMATS``, tried in order); each reader
+turns the document into :class:`Setting` records that name the key they came from
+(``train.micro_batch_size``).  Flat formats (axolotl, an HF ``TrainingArguments`` JSON) share
+the one name table of :mod:`..setting_names`; nested ones (torchtune, litgpt, DeepSpeed,
+accelerate) have their own tables of paths.
+
+``prio`` follows the script reader's scale: a DeepSpeed micro-batch (3) yields to a
+``TrainingArguments`` keyword in the script (4), and a file given on the command line is
+raised above everything the script says (see :mod:`..inputs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .. import db
+from ..call_handlers import LIGHTNING_PRECISION, OPTIMIZER_CLASSES
+from ..config_comments import LIMITS
+from ..entrypoints import LITGPT_LORA_ROLES
+from ..setting_names import interpret, optimizer_name
+from .loader import Doc
+
+
+@dataclass
+class Setting:
+    key: str
+    value: Any
+    field: str = ""
+    prio: int = 4
+
+
+def _count(value: Any, key: str) -> Optional[int]:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value if value <= LIMITS.get(key, 1 << 30) else None
+
+
+def _optimizer_class(value: Any) -> Optional[str]:
+    """``torch.optim.AdamW`` / ``{class_path: ...}`` / ``{_component_: ...}`` / ``adamw_8bit``."""
+    if isinstance(value, dict):
+        value = value.get("class_path") or value.get("_component_") or value.get("type")
+    if not isinstance(value, str):
+        return None
+    last = value.rsplit(".", 1)[-1]
+    return OPTIMIZER_CLASSES.get(last.lower().replace("_", "")) or optimizer_name(last)
+
+
+# --------------------------------------------------------------------------- DeepSpeed
+
+
+def read_deepspeed(config: Dict[str, Any], prefix: str = "") -> List[Setting]:
+    out: List[Setting] = []
+    zero = config.get("zero_optimization")
+    if isinstance(zero, dict):
+        stage = zero.get("stage")
+        if stage in (1, 2, 3):
+            out.append(Setting("sharding", f"zero{stage}", prefix + "zero_optimization.stage", 4))
+        offload = _offload(_device(zero.get("offload_optimizer")), _device(zero.get("offload_param")))
+        if offload:
+            out.append(Setting("offload", offload, prefix + "zero_optimization", 4))
+    mb = _count(config.get("train_micro_batch_size_per_gpu"), "batch")
+    if mb:
+        out.append(Setting("batch", mb, prefix + "train_micro_batch_size_per_gpu", 3))
+    for key, precision in (("bf16", "bf16"), ("fp16", "fp16")):
+        section = config.get(key)
+        if isinstance(section, dict) and section.get("enabled") is True:
+            out.append(Setting("precision", precision, prefix + f"{key}.enabled", 4))
+    name = _optimizer_class(config.get("optimizer"))
+    if name:
+        out.append(Setting("optimizer", name, prefix + "optimizer.type", 3))
+    return out
+
+
+def _device(section: Any) -> Optional[str]:
+    if isinstance(section, dict):
+        return section.get("device")
+    return section if isinstance(section, str) else None
+
+
+def _offload(optimizer_device: Optional[str], param_device: Optional[str]) -> Optional[str]:
+    opt = optimizer_device in ("cpu", "nvme")
+    par = param_device in ("cpu", "nvme")
+    return "both" if opt and par else "optimizer" if opt else "param" if par else None
+
+
+def _deepspeed(doc: Doc) -> List[Setting]:
+    return read_deepspeed(doc.data)
+
+
+# --------------------------------------------------------------------------- flat files
+
+
+def _flat(doc: Doc, extra: Dict[str, Callable[[Any], List[Setting]]]) -> List[Setting]:
+    """Top-level ``name: value`` pairs through the shared name table, plus format extras."""
+    out: List[Setting] = []
+    roles: List[str] = []
+    for name, value in doc.data.items():
+        if name in extra:
+            for setting in extra[name](value):
+                setting.field = setting.field or name
+                out.append(setting)
+            continue
+        if name in LITGPT_LORA_ROLES:
+            if value is True:
+                roles.extend(LITGPT_LORA_ROLES[name])
+            continue
+        found = interpret(name, value)
+        if found and not found[0].startswith("gpt."):
+            setting, canonical, rank = found
+            out.append(Setting(setting, canonical, name, 4 + rank))
+    if roles:
+        out.append(Setting("lora_targets", roles, "lora_* switches", 4))
+    return out
+
+
+def _adapter(value: Any) -> List[Setting]:
+    if value == "qlora":
+        return [Setting("lora", 8, "", 3), Setting("precision", "nf4", "", 4)]
+    if value == "lora":
+        return [Setting("lora", 8, "", 3)]
+    return []
+
+
+def _mixed(flag: str) -> Callable[[Any], List[Setting]]:
+    def read(value: Any) -> List[Setting]:
+        if value is True or value == "auto":
+            return [Setting("precision", f"{flag}-mixed", "", 5)]
+        return []
+
+    return read
+
+
+def _fsdp(value: Any) -> List[Setting]:
+    if isinstance(value, list) and value:
+        value = " ".join(str(v) for v in value)
+    if isinstance(value, str) and value.strip():
+        out = [Setting("sharding", "zero2" if "shard_grad_op" in value else "fsdp", "", 4)]
+        if "offload" in value:
+            out.append(Setting("offload", "both", "", 4))
+        return out
+    return []
+
+
+def _nested_deepspeed(value: Any) -> List[Setting]:
+    if isinstance(value, dict):
+        return read_deepspeed(value, "deepspeed.")
+    return []  # a file name: followed as a reference by inputs.py
+
+
+def _use_peft(value: Any) -> List[Setting]:
+    return [Setting("lora", 8, "", 2)] if value is True else []
+
+
+def _all_linear(value: Any) -> List[Setting]:
+    return [Setting("lora_targets", ["all-linear"], "", 5)] if value is True else []
+
+
+def _seq(value: Any) -> List[Setting]:
+    n = _count(value, "seq")
+    return [Setting("seq", n, "", 4)] if n else []
+
+
+FLAT_EXTRAS: Dict[str, Callable[[Any], List[Setting]]] = {
+    "adapter": _adapter,
+    "bf16": _mixed("bf16"),
+    "fp16": _mixed("fp16"),
+    "fsdp": _fsdp,
+    "deepspeed": _nested_deepspeed,
+    "use_peft": _use_peft,
+    "lora_target_linear": _all_linear,
+    "sequence_len": _seq,
+}
+
+
+def _axolotl(doc: Doc) -> List[Setting]:
+    return _flat(doc, FLAT_EXTRAS)
+
+
+def _hf_args(doc: Doc) -> List[Setting]:
+    return _flat(doc, FLAT_EXTRAS)
+
+
+# --------------------------------------------------------------------------- litgpt
+
+LITGPT_QUANTIZE = {"bnb.nf4": "nf4", "bnb.nf4-dq": "nf4", "bnb.fp4": "nf4", "bnb.fp4-dq": "nf4", "bnb.int8": "int8"}
+
+
+def _litgpt(doc: Doc) -> List[Setting]:
+    d = doc.data
+    out: List[Setting] = []
+    model = d.get("checkpoint_dir") or d.get("model_name")
+    if isinstance(model, str):
+        out.append(Setting("model", model, "checkpoint_dir", 4))
+    precision = d.get("precision")
+    if isinstance(precision, (str, int)) and str(precision) in LIGHTNING_PRECISION:
+        out.append(Setting("precision", LIGHTNING_PRECISION[str(precision)], "precision", 4))
+    quantize = d.get("quantize")
+    if isinstance(quantize, str) and quantize in LITGPT_QUANTIZE:
+        out.append(Setting("precision", LITGPT_QUANTIZE[quantize], "quantize", 6))
+    devices = _count(d.get("devices"), "world")
+    nodes = _count(d.get("num_nodes"), "world") or 1
+    if devices:
+        out.append(Setting("world", devices * nodes, "devices", 4))
+    rank = _count(d.get("lora_r"), "lora")
+    if rank:
+        out.append(Setting("lora", rank, "lora_r", 4))
+        roles = [m for role, mods in LITGPT_LORA_ROLES.items() if d.get(role) is True for m in mods]
+        if roles:
+            out.append(Setting("lora_targets", roles, "lora_* switches", 4))
+    train = d.get("train") if isinstance(d.get("train"), dict) else {}
+    mb = _count(train.get("micro_batch_size"), "batch")
+    if mb:
+        out.append(Setting("batch", mb, "train.micro_batch_size", 5))
+    seq = _count(train.get("max_seq_length"), "seq")
+    if seq:
+        out.append(Setting("seq", seq, "train.max_seq_length", 4))
+    name = _optimizer_class(d.get("optimizer"))
+    if name:
+        out.append(Setting("optimizer", name, "optimizer", 4))
+    return out
+
+
+# --------------------------------------------------------------------------- torchtune
+
+TORCHTUNE_MODULES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+TORCHTUNE_DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16"}
+
+
+def torchtune_model(component: str) -> Tuple[Optional[str], int, bool]:
+    """``torchtune.models.llama3_1.qlora_llama3_1_8b`` -> (model key, adapters?, quantised?)."""
+    last = component.rsplit(".", 1)[-1]
+    lora = last.startswith(("lora_", "qlora_"))
+    quantised = last.startswith("qlora_")
+    base = last.split("_", 1)[1] if lora else last
+    return db.find_model(base), lora, quantised
+
+
+def _torchtune(doc: Doc) -> List[Setting]:
+    d = doc.data
+    out: List[Setting] = []
+    model = d.get("model") if isinstance(d.get("model"), dict) else {}
+    component = model.get("_component_")
+    if isinstance(component, str):
+        key, lora, quantised = torchtune_model(component)
+        if key:
+            out.append(Setting("model", key, "model._component_", 4))
+        if lora:
+            rank = _count(model.get("lora_rank"), "lora") or 8
+            out.append(Setting("lora", rank, "model.lora_rank", 4))
+            targets = [TORCHTUNE_MODULES.get(m, m) for m in model.get("lora_attn_modules") or [] if isinstance(m, str)]
+            if model.get("apply_lora_to_mlp") is True:
+                targets += ["gate_proj", "up_proj", "down_proj"]
+            if model.get("apply_lora_to_output") is True:
+                targets.append("lm_head")
+            if targets:
+                out.append(Setting("lora_targets", targets, "model.lora_attn_modules", 4))
+        if quantised or model.get("quantize_base") is True:
+            out.append(Setting("precision", "nf4", "model._component_", 6))
+    mb = _count(d.get("batch_size"), "batch")
+    if mb:
+        out.append(Setting("batch", mb, "batch_size", 5))
+    tokenizer = d.get("tokenizer") if isinstance(d.get("tokenizer"), dict) else {}
+    seq = _count(tokenizer.get("max_seq_len"), "seq")
+    if seq:
+        out.append(Setting("seq", seq, "tokenizer.max_seq_len", 4))
+    dtype = d.get("dtype")
+    if isinstance(dtype, str) and dtype in TORCHTUNE_DTYPES:
+        out.append(Setting("precision", TORCHTUNE_DTYPES[dtype], "dtype", 4))
+    if d.get("enable_activation_checkpointing") is True:
+        out.append(Setting("checkpointing", "on", "enable_activation_checkpointing", 4))
+    name = _optimizer_class(d.get("optimizer"))
+    if name:
+        out.append(Setting("optimizer", name, "optimizer._component_", 4))
+    return out
+
+
+# --------------------------------------------------------------------------- accelerate
+
+FSDP_STRATEGIES = {"full_shard": "fsdp", "1": "fsdp", "shard_grad_op": "zero2", "2": "zero2", "hybrid_shard": "fsdp",
+                   "4": "fsdp", "no_shard": "ddp", "3": "ddp"}
+
+
+def _accelerate(doc: Doc) -> List[Setting]:
+    d = doc.data
+    out: List[Setting] = []
+    mp = d.get("mixed_precision")
+    if mp in ("bf16", "fp16"):
+        out.append(Setting("precision", f"{mp}-mixed", "mixed_precision", 4))
+    world = _count(d.get("num_processes"), "world")
+    if world:
+        out.append(Setting("world", world, "num_processes", 4))
+    kind = str(d.get("distributed_type", "")).upper()
+    ds = d.get("deepspeed_config") if isinstance(d.get("deepspeed_config"), dict) else {}
+    fsdp = d.get("fsdp_config") if isinstance(d.get("fsdp_config"), dict) else {}
+    if kind == "DEEPSPEED":
+        stage = ds.get("zero_stage")
+        if stage in (1, 2, 3):
+            out.append(Setting("sharding", f"zero{stage}", "deepspeed_config.zero_stage", 4))
+        offload = _offload(ds.get("offload_optimizer_device"), ds.get("offload_param_device"))
+        if offload:
+            out.append(Setting("offload", offload, "deepspeed_config", 4))
+    elif kind == "FSDP":
+        strategy = str(fsdp.get("fsdp_sharding_strategy", "full_shard")).lower()
+        out.append(Setting("sharding", FSDP_STRATEGIES.get(strategy, "fsdp"), "fsdp_config.fsdp_sharding_strategy", 4))
+        if fsdp.get("fsdp_offload_params") is True:
+            out.append(Setting("offload", "both", "fsdp_config.fsdp_offload_params", 4))
+    elif kind in ("MULTI_GPU", "MULTI_NPU", "MULTI_XPU"):
+        out.append(Setting("sharding", "ddp", "distributed_type", 3))
+    return out
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _has(d: Dict[str, Any], *keys: str) -> bool:
+    return any(k in d for k in keys)
+
+
+def _is_torchtune(d: Dict[str, Any]) -> bool:
+    return isinstance(d.get("model"), dict) and "_component_" in d["model"]
+
+
+def _is_litgpt(d: Dict[str, Any]) -> bool:
+    train = d.get("train")
+    return "checkpoint_dir" in d or "lora_query" in d or (isinstance(train, dict) and "micro_batch_size" in train)
+
+
+def _is_axolotl(d: Dict[str, Any]) -> bool:
+    return "base_model" in d and _has(d, "sequence_len", "micro_batch_size", "adapter", "datasets")
+
+
+def _is_hf_args(d: Dict[str, Any]) -> bool:
+    return _has(d, "per_device_train_batch_size", "model_name_or_path") or ("output_dir" in d and "learning_rate" in d)
+
+
+FORMATS: List[Tuple[str, Callable[[Dict[str, Any]], bool], Callable[[Doc], List[Setting]]]] = [
+    ("torchtune recipe", _is_torchtune, _torchtune),
+    ("accelerate config", lambda d: _has(d, "compute_environment", "distributed_type"), _accelerate),
+    ("DeepSpeed config", lambda d: _has(d, "zero_optimization", "train_micro_batch_size_per_gpu"), _deepspeed),
+    ("litgpt config", _is_litgpt, _litgpt),
+    ("axolotl config", _is_axolotl, _axolotl),
+    ("Hugging Face arguments", _is_hf_args, _hf_args),
+]
+
+
+def recognise(doc: Doc) -> Optional[Tuple[str, Callable[[Doc], List[Setting]]]]:
+    if not isinstance(doc.data, dict):
+        return None
+    for name, detect, read in FORMATS:
+        if detect(doc.data):
+            return name, read
+    return None
+
