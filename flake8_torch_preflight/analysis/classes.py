@@ -14,9 +14,9 @@ import builtins
 from typing import List
 
 from . import values as V
+from .project import is_project_name, resolve_class
+from .questions import Does
 from .torchapi import DDP_WRAPPERS, is_torch_nn_class
-from .project import is_project_name
-from .project import resolve_class
 
 _BUILTINS = frozenset(dir(builtins))
 
@@ -44,7 +44,7 @@ def module_like(analysis, cls) -> bool:
 def _trains(analysis, cls) -> bool:
     """Some method of the class runs a backward pass or an optimizer step."""
     return any(analysis.function_does(m, what) for m in cls.methods.values()
-               for what in ("backward", "step"))
+               for what in (Does.BACKWARD, Does.STEP))
 
 
 def _layer(analysis, value) -> bool:

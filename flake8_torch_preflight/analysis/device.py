@@ -7,11 +7,13 @@ flow analysis already recorded: `facts.calls` and the `Value`s tagged `CUDA_DEVI
 from __future__ import annotations
 
 import ast
-from typing import Dict, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from . import values as V
 from .astutil import dotted, keyword
 from .events import CallSite, FunctionFacts
+from .memo import per_file
+from .questions import Does
 
 # Calls that only make sense when the script runs on an NVIDIA GPU.
 _CUDA_CALLS = frozenset({"torch.cuda.set_device", "torch.cuda.synchronize",
@@ -24,18 +26,15 @@ _MUTATORS = frozenset({"append", "extend", "insert", "update", "add", "pop", "cl
                        "setdefault", "copy_", "fill_", "zero_", "set_", "resize_"})
 
 
+@per_file("cuda_evidence")
 def cuda_evidence(analysis) -> Optional[Tuple[int, str]]:
     """(line, what) of the first sign that the file targets CUDA, or None (memoised)."""
-    cached = analysis.memo("file").get("cuda_evidence", False)
-    if cached is not False:
-        return cached
     found: Optional[Tuple[int, str]] = None
     for facts in analysis.all_facts():
         for call in facts.calls:
             what = _cuda_call(facts, call)
             if what is not None and (found is None or call.site.line < found[0]):
                 found = (call.site.line, what)
-    analysis.memo("file")["cuda_evidence"] = found
     return found
 
 
@@ -143,12 +142,10 @@ def in_memory_dataset(analysis, facts: FunctionFacts, loader: CallSite) -> Optio
     return bound.get((id(facts), text)) or (bound.get((None, text)) if "." in text else None)
 
 
+@per_file("tensor_datasets")
 def _tensor_dataset_bindings(analysis) -> Dict[tuple, int]:
     """(id(facts), target text) and, for attributes, (None, target text) -> line, for every
     `target = TensorDataset(...)` of the file (memoised)."""
-    cached = analysis.memo("file").get("tensor_datasets")
-    if cached is not None:
-        return cached
     found: Dict[tuple, int] = {}
     for facts in analysis.all_facts():
         for call in facts.calls:
@@ -163,17 +160,13 @@ def _tensor_dataset_bindings(analysis) -> Dict[tuple, int]:
                     found.setdefault((id(facts), text), call.site.line)
                     if "." in text:
                         found.setdefault((None, text), call.site.line)
-    analysis.memo("file")["tensor_datasets"] = found
     return found
 
 
+@per_file("loop_mutations")
 def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
     """Names the loop body changes without rebinding them: `x[i] = ...`, `x += ...`,
     `x.copy_(...)`, `x.normal_()`, `xs.append(...)` (memoised per loop)."""
-    cache: Dict[int, Set[str]] = analysis.memo("loop_mutations")
-    key = id(loop)
-    if key in cache:
-        return cache[key]
     names: Set[str] = set()
     for call in facts.calls:
         if loop in call.site.loops and call.method is not None \
@@ -188,7 +181,6 @@ def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
         if text is not None:
             names.add(text)      # the loop's own variable changes every iteration
     names |= facts.loop_writes.get(loop, frozenset())
-    cache[key] = names
     return names
 
 
@@ -213,66 +205,39 @@ _STEP_HOOKS = frozenset({"training_step", "on_train_batch_start", "on_train_batc
                          "compute_loss", "on_step_begin", "on_step_end"})
 
 
-def step_loops(analysis, facts: FunctionFacts):
+@per_file("step_loops")
+def step_loops(analysis, facts: FunctionFacts) -> List[ast.AST]:
     """The innermost training loops of `facts` that are *step* loops: one iteration is one
     optimisation step (the backward is in the loop, or in a helper that has no training loop
     of its own), as opposed to an epoch loop that calls `train_one_epoch()`."""
-    cache: Dict[int, list] = analysis.memo("step_loops")
-    key = id(facts)
-    if key not in cache:
-        loops = []
-        for loop in analysis.innermost_loops_doing(facts, "backward"):
+    return [loop for loop in analysis.innermost_loops_doing(facts, Does.BACKWARD)
             if analysis.in_loop(facts, "backwards", loop) or any(
-                    analysis.function_does(c.callee, "backward")
-                    and not runs_training_loop(analysis, c.callee)
-                    for c in analysis.in_loop(facts, "local_calls", loop)):
-                loops.append(loop)
-        cache[key] = loops
-    return cache[key]
+                analysis.function_does(c.callee, Does.BACKWARD)
+                and not analysis.has_training_loop(c.callee)
+                for c in analysis.in_loop(facts, "local_calls", loop))]
 
 
-def runs_training_loop(analysis, func) -> bool:
-    """`func` (or a helper it calls outside any loop) contains a training loop."""
-    memo: Dict[object, bool] = analysis.memo("runs_training_loop")
-    if func in memo:
-        return memo[func]
-    memo[func] = False   # recursion guard
-    facts = analysis.facts_for(func)
-    result = bool(analysis.training_loops(facts)) or any(
-        runs_training_loop(analysis, c.callee) for c in facts.local_calls if not c.site.loops)
-    memo[func] = result
-    return result
-
-
+@per_file("hot_reason")
 def hot_reason(analysis, func) -> Optional[str]:
     """Why `func` runs once per training step (a framework step hook, or a call from a
     training step loop that no `if` guards), or None."""
-    memo: Dict[object, Optional[str]] = analysis.memo("hot_reason")
-    if func in memo:
-        return memo[func]
-    memo[func] = None    # recursion guard
-    reason = None
     framework = analysis.framework_owned(func)
     if framework and func.cls is not None and func.parent is None and func.name in _STEP_HOOKS:
-        reason = f"`{func.name}()` runs every step under {framework}"
-    else:
-        for cfacts, call in analysis.callers(func):
-            site = call.site
-            if analysis.evaluation_reason(cfacts, site):
-                continue
-            loop = next((lp for lp in step_loops(analysis, cfacts) if lp in site.loops), None)
-            if loop is not None:
-                if not site.conds_inside(loop):
-                    reason = (f"`{func.name}()` is called at line {site.line} in the training "
-                              f"loop at line {loop.lineno}")
-                    break
-            elif not site.loops and not site.conds and cfacts.func is not None \
-                    and hot_reason(analysis, cfacts.func):
-                reason = (f"`{func.name}()` is called at line {site.line} by "
-                          f"{hot_reason(analysis, cfacts.func)}")
-                break
-    memo[func] = reason
-    return reason
+        return f"`{func.name}()` runs every step under {framework}"
+    for cfacts, call in analysis.callers(func):
+        site = call.site
+        if analysis.evaluation_reason(cfacts, site):
+            continue
+        loop = next((lp for lp in step_loops(analysis, cfacts) if lp in site.loops), None)
+        if loop is not None:
+            if not site.conds_inside(loop):
+                return (f"`{func.name}()` is called at line {site.line} in the training "
+                        f"loop at line {loop.lineno}")
+        elif not site.loops and not site.conds and cfacts.func is not None:
+            caller_reason = hot_reason(analysis, cfacts.func)
+            if caller_reason:
+                return f"`{func.name}()` is called at line {site.line} by {caller_reason}"
+    return None
 
 
 def encloses(outer: ast.AST, inner: ast.AST) -> bool:

@@ -15,7 +15,8 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, keyword
-from .epochs import cache, epoch_loops, iterated_loaders, loaders_per_epoch
+from .epochs import argument_for, epoch_loops, iterated_loaders, loaders_per_epoch
+from .memo import per_file
 from .events import CallSite, FunctionFacts
 from .index import VAL_LOADER_RE
 
@@ -58,11 +59,8 @@ class Scope:
     tainted: FrozenSet[str]      # names whose value derives from the rank
 
 
+@per_file("dist_scope")
 def scope_of(analysis, facts: FunctionFacts) -> Scope:
-    memo = cache(analysis, "dist_scope")
-    key = id(facts)
-    if key in memo:
-        return memo[key]
     body = facts.func.node.body if facts.func is not None else analysis.tree.body
     producers: Dict[str, List[ast.expr]] = {}
     for node in _walk_local(body):
@@ -81,24 +79,20 @@ def scope_of(analysis, facts: FunctionFacts) -> Scope:
             if any(mentions_rank(e, frozenset(tainted)) for e in exprs):
                 tainted.add(name)
                 changed = True
-    scope = Scope(producers, frozenset(tainted))
-    memo[key] = scope
-    return scope
+    return Scope(producers, frozenset(tainted))
 
 
 # ------------------------------------------------------------------------ file facts
+@per_file("dist_calls")
 def all_calls(analysis) -> List[Tuple[FunctionFacts, CallSite]]:
-    memo = cache(analysis, "dist_calls")
-    if "all" not in memo:
-        seen = set()
-        out = []
-        for facts in analysis.all_facts():
-            for call in facts.calls:
-                if id(call.node) not in seen:
-                    seen.add(id(call.node))
-                    out.append((facts, call))
-        memo["all"] = out
-    return memo["all"]
+    seen = set()
+    out = []
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            if id(call.node) not in seen:
+                seen.add(id(call.node))
+                out.append((facts, call))
+    return out
 
 
 def ddp_wraps(analysis) -> List[CallSite]:
@@ -151,12 +145,10 @@ class TrainingLoader:
     loop_line: Optional[int]     # the training loop that iterates it (None: the only loader)
 
 
+@per_file("training_loaders")
 def training_loaders(analysis) -> List[TrainingLoader]:
     """DataLoader constructions a training loop iterates; else the file's only training-named
     or unnamed loader. Loaders seen prepared by a framework are left out."""
-    memo = cache(analysis, "training_loaders")
-    if "all" in memo:
-        return memo["all"]
     by_node = {id(c.node): (f, c) for f, c in loader_constructions(analysis)}
     prepared = prepared_nodes(analysis)
     found: Dict[int, TrainingLoader] = {}
@@ -175,9 +167,7 @@ def training_loaders(analysis) -> List[TrainingLoader]:
         if len(candidates) == 1:
             f, c = candidates[0]
             found[id(c.node)] = TrainingLoader(f, c, None)
-    result = [t for key, t in found.items() if key not in prepared]
-    memo["all"] = result
-    return result
+    return [t for key, t in found.items() if key not in prepared]
 
 
 # ------------------------------------------------------------------------ sharding
@@ -247,7 +237,6 @@ def _dataset_sharded(analysis, facts, scope: Scope, expr: ast.expr, depth: int) 
                 mentions_rank(call.node, scope.tainted):
             return True    # `dataset.shard(num_shards=world_size, index=rank)` as a statement
     if value.params and facts.func is not None and depth > 0:
-        from .epochs import argument_for
         for caller_facts, local in analysis.callers(facts.func):
             for index in value.params:
                 arg = argument_for(facts.func, local.node, index)
@@ -271,12 +260,10 @@ def _expr_sharded(analysis, facts, scope: Scope, rhs: ast.expr) -> bool:
     return False
 
 
+@per_file("class_reads_rank", guard=False)
 def _class_reads_rank(analysis, cls) -> bool:
-    memo = cache(analysis, "class_reads_rank")
-    if id(cls) not in memo:
-        memo[id(cls)] = mentions_rank(cls.node) or any(
-            _class_reads_rank(analysis, base) for base in cls.local_bases if base is not cls)
-    return memo[id(cls)]
+    return mentions_rank(cls.node) or any(
+        _class_reads_rank(analysis, base) for base in cls.local_bases)
 
 
 # ------------------------------------------------------------------------ samplers

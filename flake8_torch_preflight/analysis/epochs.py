@@ -13,33 +13,13 @@ from typing import Dict, List, Optional, Tuple
 from . import values as V
 from .astutil import iterated_expr
 from .events import FunctionFacts
+from .memo import per_file
 from .values import Value
 
 
-def cache(analysis, name: str) -> Dict:
-    """A per-analysis, per-topic memo table (for the topic modules of this package)."""
-    return analysis.memo(name)
-
-
-def has_training_loop(analysis, func) -> bool:
-    """`func`, or a file-local function it calls, contains a loop that runs a backward."""
-    memo = cache(analysis, "has_training_loop")
-    if func in memo:
-        return memo[func]
-    memo[func] = False   # recursion guard
-    facts = analysis.facts_for(func)
-    result = bool(analysis.training_loops(facts)) or any(
-        has_training_loop(analysis, call.callee) for call in facts.local_calls)
-    memo[func] = result
-    return result
-
-
+@per_file("epoch_loops")
 def epoch_loops(analysis, facts: FunctionFacts) -> List[ast.AST]:
     """Loops of `facts` that contain a training loop (nested, or inside a called helper)."""
-    memo = cache(analysis, "epoch_loops")
-    key = id(facts)
-    if key in memo:
-        return memo[key]
     found = set()
     for loop in analysis.training_loops(facts):
         parent = facts.loop_parents.get(loop)
@@ -47,11 +27,9 @@ def epoch_loops(analysis, facts: FunctionFacts) -> List[ast.AST]:
             found.add(parent)
             parent = facts.loop_parents.get(parent)
     for call in facts.local_calls:
-        if call.site.loops and has_training_loop(analysis, call.callee):
+        if call.site.loops and analysis.has_training_loop(call.callee):
             found.update(call.site.loops)
-    result = [loop for loop in facts.loops if loop in found]
-    memo[key] = result
-    return result
+    return [loop for loop in facts.loops if loop in found]
 
 
 def argument_for(func, call: ast.Call, index: int) -> Optional[ast.expr]:
@@ -106,7 +84,7 @@ def loaders_per_epoch(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Tup
                 out.append((value, inner))
     seen = set()
     for call in facts.local_calls:
-        if loop not in call.site.loops or not has_training_loop(analysis, call.callee):
+        if loop not in call.site.loops or not analysis.has_training_loop(call.callee):
             continue
         for arg in list(call.node.args) + [kw.value for kw in call.node.keywords]:
             value = facts.value(arg)

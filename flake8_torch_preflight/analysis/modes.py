@@ -15,8 +15,10 @@ from typing import FrozenSet, List, Optional, Tuple
 
 from . import values as V
 from .astutil import dotted, is_const
-from .epochs import argument_for, cache
+from .epochs import argument_for
+from .memo import per_file
 from .events import FunctionFacts, Site
+from .questions import Does
 from .project import is_project_name
 
 # Top-level packages that are libraries, not the project's own code: a call into them never
@@ -44,24 +46,40 @@ def related(a: Optional[str], b: Optional[str]) -> bool:
 
 def loop_events(analysis, facts: FunctionFacts, loop: ast.AST) -> List[ModeEvent]:
     """Mode events of one iteration of `loop`, in source order, helpers expanded."""
-    memo = cache(analysis, "mode_events_by_loop")
-    index = memo.get(id(facts))
-    if index is None:
-        index = {}
-        for event in _events(analysis, facts):
-            for enclosing in event.site.loops:
-                index.setdefault(enclosing, []).append(event)
-        memo[id(facts)] = index
-    return index.get(loop, [])
+    return _events_by_loop(analysis, facts).get(loop, [])
 
 
-def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
-    memo = cache(analysis, "mode_events")
-    key = id(facts)
-    if key in memo:
-        return memo[key]
-    memo[key] = []   # recursion guard
-    raw: List[Tuple[Tuple[int, int], int, object]] = []
+@per_file("mode_events_by_loop")
+def _events_by_loop(analysis, facts: FunctionFacts):
+    index = {}
+    for event in _events(analysis, facts):
+        for enclosing in event.site.loops:
+            index.setdefault(enclosing, []).append(event)
+    return index
+
+
+# (position, order among events at one position, event): sorted into source order
+_Raw = Tuple[Tuple[int, int], int, ModeEvent]
+
+
+@per_file("mode_events", guard=[])
+def _events(analysis, facts: FunctionFacts) -> List[ModeEvent]:
+    """The mode events of one function in source order, its helpers' expanded in place
+    (memoised; a helper that calls back into a function being expanded adds nothing)."""
+    local_nodes = {id(c.node) for c in facts.local_calls}
+    raw: List[_Raw] = _own_events(facts)
+    if _trains(analysis, facts):
+        raw += _opaque_train_events(facts, local_nodes)
+    raw += _project_call_events(facts, local_nodes)
+    for call in facts.local_calls:
+        raw += _helper_events(analysis, call)
+    raw.sort(key=lambda item: (item[0], item[1]))
+    return [item[2] for item in raw]
+
+
+def _own_events(facts: FunctionFacts) -> List[_Raw]:
+    """Mode calls, backward passes and forward passes written in the function itself."""
+    raw: List[_Raw] = []
     for mode in facts.modes:
         raw.append((_pos(mode.site), 0, ModeEvent(mode.mode, mode.receiver, mode.site,
                                                   mode.site.line)))
@@ -70,29 +88,44 @@ def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
     for fwd in facts.forwards:
         if fwd.module.has(V.LOSS_FN) or fwd.module.has(V.ACTIVATION_MODULE):
             continue
-        node = fwd.site.node
-        text = dotted(node.func) if isinstance(node, ast.Call) else None
-        if text is not None and text.endswith(".forward"):
-            text = text[: -len(".forward")]
-        aliases = set()
-        wrap = fwd.module.node
-        if isinstance(wrap, ast.Call) and wrap.args and fwd.module.has(V.DDP):
-            inner = dotted(wrap.args[0])
-            if inner:
-                aliases.add(inner)
-        raw.append((_pos(fwd.site), 1, ModeEvent("forward", text, fwd.site, fwd.site.line,
-                                                 no_grad=fwd.site.no_grad,
-                                                 aliases=frozenset(aliases))))
-    local_nodes = {id(c.node) for c in facts.local_calls}
-    if _trains(analysis, facts):
-        # `task.get_trainable_module().train()`, `trainable.train()`: the receiver is a value
-        # the analysis cannot see; in a function that trains it is the trained module, and
-        # it cannot be told apart from the model another helper evaluates (receiver None).
-        moded = {id(m.site.node) for m in facts.modes} | local_nodes
-        for call in facts.calls:
-            if call.method == "train" and id(call.node) not in moded and _opaque(call):
-                raw.append((_pos(call.site), 0, ModeEvent("train", None, call.site,
-                                                          call.site.line)))
+        raw.append((_pos(fwd.site), 1, ModeEvent("forward", _forward_receiver(fwd), fwd.site,
+                                                 fwd.site.line, no_grad=fwd.site.no_grad,
+                                                 aliases=_wrapped_aliases(fwd))))
+    return raw
+
+
+def _forward_receiver(fwd) -> Optional[str]:
+    """`model` for `model(x)` and `model.forward(x)`."""
+    node = fwd.site.node
+    text = dotted(node.func) if isinstance(node, ast.Call) else None
+    if text is not None and text.endswith(".forward"):
+        text = text[: -len(".forward")]
+    return text
+
+
+def _wrapped_aliases(fwd) -> FrozenSet[str]:
+    """The model a DDP/FSDP wrapper wraps (`ddp = DDP(model)`: `model`)."""
+    wrap = fwd.module.node
+    if isinstance(wrap, ast.Call) and wrap.args and fwd.module.has(V.DDP):
+        inner = dotted(wrap.args[0])
+        if inner:
+            return frozenset({inner})
+    return frozenset()
+
+
+def _opaque_train_events(facts: FunctionFacts, local_nodes) -> List[_Raw]:
+    """`task.get_trainable_module().train()`, `trainable.train()`: the receiver is a value
+    the analysis cannot see; in a function that trains it is the trained module, and it
+    cannot be told apart from the model another helper evaluates (receiver None)."""
+    moded = {id(m.site.node) for m in facts.modes} | local_nodes
+    return [(_pos(call.site), 0, ModeEvent("train", None, call.site, call.site.line))
+            for call in facts.calls
+            if call.method == "train" and id(call.node) not in moded and _opaque(call)]
+
+
+def _project_call_events(facts: FunctionFacts, local_nodes) -> List[_Raw]:
+    """Calls into other files of the project: they might switch a model back to training."""
+    raw: List[_Raw] = []
     for call in facts.calls:
         if id(call.node) in local_nodes or not is_project_name(call.qualname):
             continue
@@ -100,29 +133,28 @@ def _events(analysis, facts: FunctionFacts, depth: int = 4) -> List[ModeEvent]:
         texts += tuple(t for t in (dotted(k.value) for k in call.node.keywords) if t)
         raw.append((_pos(call.site), 1, ModeEvent("maybe_train", None, call.site,
                                                   call.site.line, args=texts)))
-    for call in facts.local_calls:
-        if depth <= 0:
-            continue
-        callee = call.callee
-        inner = _events(analysis, analysis.facts_for(callee), depth - 1)
-        for i, ev in enumerate(inner):
-            receiver = _translate(ev.receiver, callee, call.node)
-            raw.append((_pos(call.site), 3 + i, ModeEvent(
-                ev.kind, receiver, call.site, ev.inner_line, ev.via or callee.name,
-                ev.no_grad,
-                frozenset(t for t in (_translate(a, callee, call.node) for a in ev.aliases) if t),
-                tuple(t for t in (_translate(a, callee, call.node) for a in ev.args) if t))))
-    raw.sort(key=lambda item: (item[0], item[1]))
-    result = [item[2] for item in raw]
-    memo[key] = result
-    return result
+    return raw
+
+
+def _helper_events(analysis, call) -> List[_Raw]:
+    """A file-local helper's events at its call site, its receivers in the caller's names."""
+    callee = call.callee
+    raw: List[_Raw] = []
+    for i, ev in enumerate(_events(analysis, analysis.facts_for(callee))):
+        def translated(text: Optional[str]) -> Optional[str]:
+            return _translate(text, callee, call.node)
+        raw.append((_pos(call.site), 3 + i, ModeEvent(
+            ev.kind, translated(ev.receiver), call.site, ev.inner_line, ev.via or callee.name,
+            ev.no_grad, frozenset(t for t in map(translated, ev.aliases) if t),
+            tuple(t for t in map(translated, ev.args) if t))))
+    return raw
 
 
 def _trains(analysis, facts: FunctionFacts) -> bool:
     """The function (or module body) runs a backward pass itself or through its helpers."""
     if facts.func is not None:
-        return analysis.function_does(facts.func, "backward")
-    return bool(facts.backwards) or any(analysis.function_does(c.callee, "backward")
+        return analysis.function_does(facts.func, Does.BACKWARD)
+    return bool(facts.backwards) or any(analysis.function_does(c.callee, Does.BACKWARD)
                                         for c in facts.local_calls)
 
 

@@ -14,6 +14,8 @@ from typing import Dict, FrozenSet, Optional, Tuple
 
 from . import project
 from .events import CallSite, FunctionFacts
+from .memo import per_file
+from .questions import Does
 
 TORCH, TORCH_CUDA, NUMPY, RANDOM = "torch", "torch.cuda", "numpy", "random"
 ALL = frozenset({TORCH, TORCH_CUDA, NUMPY, RANDOM})
@@ -129,13 +131,10 @@ def _project_seeds(analysis, qual: str, hops: int) -> FrozenSet[str]:
     return function_seeds(other, func, hops + 1)
 
 
+@per_file("class_seeds", guard=frozenset(), key_args=1)
 def class_seeds(analysis, cls, hops: int = 0) -> FrozenSet[str]:
     """Generators seeded by constructing `cls`: an HF/TRL Trainer base, or an `__init__`
     (its own, a local base's or a project base's in another file) that seeds."""
-    memo: Dict[object, FrozenSet[str]] = analysis.memo("class_seeds")
-    if cls in memo:
-        return memo[cls]
-    memo[cls] = frozenset()   # recursion guard
     result: FrozenSet[str] = frozenset()
     if any(_seeding_constructor(b) for b in cls.bases):
         result = ALL
@@ -148,29 +147,22 @@ def class_seeds(analysis, cls, hops: int = 0) -> FrozenSet[str]:
         for base in cls.bases:
             if "." in base and hops < _MAX_HOPS:
                 result |= _project_seeds(analysis, base, hops)
-    memo[cls] = result
     return result
 
 
+@per_file("function_seeds", guard=frozenset(), key_args=1)
 def function_seeds(analysis, func, hops: int = 0) -> FrozenSet[str]:
     """Generators `func` seeds, directly or through the file's functions it calls."""
-    memo: Dict[object, FrozenSet[str]] = analysis.memo("function_seeds")
-    if func in memo:
-        return memo[func]
-    memo[func] = frozenset()   # recursion guard
     facts = analysis.facts_for(func)
     result = frozenset().union(*(call_seeds(analysis, c, hops) for c in facts.calls))
     for local in facts.local_calls:
         result |= function_seeds(analysis, local.callee, hops)
-    memo[func] = result
     return result
 
 
+@per_file("file_seeds")
 def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
     """generator -> (line, text) of the first call in the file that seeds it."""
-    cached = analysis.memo("file").get("file_seeds")
-    if cached is not None:
-        return cached
     seeds: Dict[str, Tuple[int, str]] = {}
     for facts in analysis.all_facts():
         local_nodes = {id(lc.node): lc for lc in facts.local_calls}
@@ -186,28 +178,24 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
     # A class of the file that trains in its methods was built to run them (`main(Trainer)`
     # builds it elsewhere): its constructor's seeding (a project base's `__init__`) counts.
     for cls in analysis.index.classes.values():
-        if not any(analysis.function_does(m, "backward") for m in cls.methods.values()):
+        if not any(analysis.function_does(m, Does.BACKWARD) for m in cls.methods.values()):
             continue
         for gen in class_seeds(analysis, cls):
             line = cls.node.lineno
             if gen not in seeds or line < seeds[gen][0]:
                 seeds[gen] = (line, f"{cls.name}.__init__(...)")
-    analysis.memo("file")["file_seeds"] = seeds
     return seeds
 
 
+@per_file("random_draws")
 def random_draws(analysis) -> Dict[str, Tuple[FunctionFacts, CallSite]]:
     """generator -> the first call that draws from its global state (numpy, random, torch)."""
-    cached = analysis.memo("file").get("random_draws")
-    if cached is not None:
-        return cached
     draws: Dict[str, Tuple[FunctionFacts, CallSite]] = {}
     for facts in analysis.all_facts():
         for call in facts.calls:
             gen = draw_generator(call)
             if gen is not None and (gen not in draws or call.site.line < draws[gen][1].site.line):
                 draws[gen] = (facts, call)
-    analysis.memo("file")["random_draws"] = draws
     return draws
 
 

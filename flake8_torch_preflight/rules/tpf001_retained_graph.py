@@ -73,7 +73,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, Iterator, Set
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..analysis.accumulation import accumulation_loop
 from ..analysis.classes import module_like
@@ -131,7 +131,7 @@ class RetainedGraph(Rule):
             return True
         if local and len(store.site.loops) == 1 and (
                 _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
-                and analysis.loop_does(facts, innermost, "backward")):
+                and analysis.loop_does(facts, innermost, Does.BACKWARD)):
             # Micro-batches of one optimizer step: bounded by the accumulation count, and
             # the list dies with the call (also `for _ in range(grad_accum): ... engine.step()`).
             return True
@@ -146,7 +146,7 @@ class RetainedGraph(Rule):
         where = (f"{_VERBS.get(store.how, 'stored into')} `{store.target}` (created before the loop) "
                  f"inside the loop at line {loop.lineno}")
         freeing = _backward_in_iteration(analysis, facts, store)
-        hot = analysis.loop_does(facts, loop, "backward")
+        hot = analysis.loop_does(facts, loop, Does.BACKWARD)
         detach = f"`{stored}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
         fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
         if freeing is None:
@@ -167,7 +167,7 @@ def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:
     """The function steps the optimizer outside `loop` (one call = one optimizer step)."""
     if any(loop not in s.site.loops for s in facts.steps):
         return True
-    return any(loop not in c.site.loops and analysis.function_does(c.callee, "step")
+    return any(loop not in c.site.loops and analysis.function_does(c.callee, Does.STEP)
                for c in facts.local_calls)
 
 
@@ -187,7 +187,7 @@ def _returned_for_backward(analysis: FileAnalysis, facts: FunctionFacts) -> Set[
     connections consumed in `forward`). Other returns are judged by the file's backwards."""
     returns = facts.returns
     func = facts.func
-    if func is None or analysis.function_does(func, "backward"):
+    if func is None or analysis.function_does(func, Does.BACKWARD):
         return set()              # it backwards them itself: the return is for logging
     if module_like(analysis, func.cls):
         return set(returns.containers)
@@ -251,6 +251,6 @@ def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: 
         if loop in backward.site.loops and backward.value.graphs & store.value.graphs:
             return backward.site.line
     for call in facts.local_calls:
-        if loop in call.site.loops and analysis.function_does(call.callee, "backward"):
+        if loop in call.site.loops and analysis.function_does(call.callee, Does.BACKWARD):
             return call.site.line
     return None

@@ -57,7 +57,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..findings import WARNING, Finding
 from .base import Rule
@@ -96,7 +96,7 @@ class EvalWithoutNoGrad(Rule):
                     if call is None or not any(a.grad for a in call.args):
                         continue   # a metric module on graph-free inputs records nothing
                 reason = analysis.evaluation_reason(facts, site)
-                if reason is None or analysis.scope_does(facts, site, "backward"):
+                if reason is None or analysis.scope_does(facts, site, Does.BACKWARD):
                     continue
                 if forward.result.graphs & trained or _called_by_forward(analysis, func):
                     continue   # `predict_noise()` / `infer_logits()` feed a training loss

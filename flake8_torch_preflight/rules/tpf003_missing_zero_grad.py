@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..findings import ERROR, Finding
 from .base import Rule
 
@@ -62,13 +62,13 @@ class MissingZeroGrad(Rule):
         for facts in analysis.all_facts():
             if analysis.framework_owned(facts.func):
                 continue
-            for loop in analysis.innermost_loops_doing(facts, "backward", "step"):
-                if analysis.loop_does(facts, loop, "reset"):
+            for loop in analysis.innermost_loops_doing(facts, Does.BACKWARD, Does.STEP):
+                if analysis.loop_does(facts, loop, Does.RESET):
                     continue
                 if _backward_only_in_helper_loops(analysis, facts, loop):
                     continue      # an epoch loop around `train_epoch()`: that loop is judged
-                backward = min(analysis.loop_sites(facts, loop, "backward"), key=lambda s: s.line)
-                step = min(analysis.loop_sites(facts, loop, "step"), key=lambda s: s.line)
+                backward = min(analysis.loop_sites(facts, loop, Does.BACKWARD), key=lambda s: s.line)
+                step = min(analysis.loop_sites(facts, loop, Does.STEP), key=lambda s: s.line)
                 outside = [s.line for s in facts.resets if loop not in s.loops]
                 why = (f"the only reset is outside it, at line {outside[0]}" if outside
                        else "nothing resets gradients in it")
@@ -87,18 +87,5 @@ def _backward_only_in_helper_loops(analysis: FileAnalysis, facts, loop) -> bool:
     if any(loop in b.site.loops for b in facts.backwards):
         return False
     callees = [c.callee for c in facts.local_calls
-               if loop in c.site.loops and analysis.function_does(c.callee, "backward")]
-    return bool(callees) and all(_has_training_loop(analysis, f, 0) for f in callees)
-
-
-def _has_training_loop(analysis: FileAnalysis, func, depth: int, seen=None) -> bool:
-    """`func`, or a helper it calls (a few levels deep), has a loop that runs backward."""
-    seen = set() if seen is None else seen
-    if depth > 3 or func in seen:
-        return False
-    seen.add(func)
-    facts = analysis.facts_for(func)
-    if analysis.training_loops(facts):
-        return True
-    return any(_has_training_loop(analysis, c.callee, depth + 1, seen) for c in facts.local_calls
-               if analysis.function_does(c.callee, "backward"))
+               if loop in c.site.loops and analysis.function_does(c.callee, Does.BACKWARD)]
+    return bool(callees) and all(analysis.has_training_loop(f) for f in callees)

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from typing import Iterator, List
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_receivers,
                               last_iteration_only, loop_events, related)
 from ..findings import ERROR, Finding
@@ -82,7 +82,7 @@ class StuckEvalMode(Rule):
                 continue
             frozen = frozen_receivers(facts)
             for loop in loops:
-                if not analysis.loop_does(facts, loop, "step"):
+                if not analysis.loop_does(facts, loop, Does.STEP):
                     continue   # backward without an update: attacks, saliency maps, probes
                 events = loop_events(analysis, facts, loop)
                 if not any(e.kind == "eval" for e in events):

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Tuple
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis.astutil import dotted, short
 from ..analysis.seeding import (NUMPY, RANDOM, TORCH, TORCH_CUDA, file_seeds, main_guard,
                                 random_draws)
@@ -157,7 +157,7 @@ def _entry_point(analysis, guard) -> bool:
         return True
     facts = analysis.module_facts
     return bool(analysis.training_loops(facts)) or any(
-        analysis.function_does(call.callee, "backward") for call in facts.local_calls)
+        analysis.function_does(call.callee, Does.BACKWARD) for call in facts.local_calls)
 
 
 def _first_training_loop(analysis):

@@ -54,7 +54,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional, Set
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.astutil import dotted, keyword, short
@@ -93,7 +93,7 @@ class OptimizerStateReset(Rule):
             step = _stepped_in(analysis, facts, loop, call, target, kind)
             if step is None:
                 continue
-            if not analysis.loop_does(facts, loop, "backward"):
+            if not analysis.loop_does(facts, loop, Does.BACKWARD):
                 return None
             why_quiet = _model_rebuilt(analysis, facts, loop, call, kind)
             if why_quiet:

@@ -61,7 +61,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.astutil import dotted, keyword, short
@@ -264,7 +264,7 @@ def _non_blocking_line(analysis) -> Optional[int]:
 
 
 def _in_training_loop(analysis, facts, call: CallSite) -> bool:
-    return any(analysis.loop_does(facts, loop, "backward") for loop in call.site.loops)
+    return any(analysis.loop_does(facts, loop, Does.BACKWARD) for loop in call.site.loops)
 
 
 def _host_fed(analysis) -> Optional[int]:
