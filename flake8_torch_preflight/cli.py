@@ -2,56 +2,39 @@
 
 `tpf check` runs the same engine as the flake8 plugin, reads the same `[flake8]`
 configuration and honours `# noqa` exactly as flake8 does, so one configuration and one set
-of suppressions serve both. Exit codes: 0 clean, 1 findings at or above `--fail-on` (or a
-file that could not be checked), 2 bad invocation.
+of suppressions serve both. It also checks Jupyter notebooks (`.ipynb`). Exit codes: 0 clean,
+1 findings at or above `--fail-on` (or a file that could not be checked or written), 2 bad
+invocation.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
-import io
 import os
 import re
 import sys
-import tokenize
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from fnmatch import fnmatch
-from typing import Dict, List, Optional, Sequence, Tuple
+import time
+from dataclasses import replace
+from typing import List, Optional, Sequence, Tuple
 
 from . import __version__
-from .config import DEFAULT_EXCLUDE, Config, ConfigError, load_config
-from .engine import has_skip_file_comment, lint_tree
-from .findings import ERROR, NOTE, WARNING, Finding
+from .checking import (Discovery, FileProblem, FileResult, Settings, UsageError, check_file,
+                       decode_source, discover, keep_predicate, parse_source, read_bytes,
+                       run_checks)
+from .config import Config, ConfigError, load_config
+from .findings import ERROR, NOTE, WARNING
 from .noqa import NoqaMap
+from .notebooks import split_lines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 _CODE = re.compile(r"^[A-Z]{1,3}[0-9]{0,3}$")
 
-
-class UsageError(Exception):
-    """Bad invocation: printed as one line, exit code 2."""
+__all__ = ["main", "build_parser", "check_file", "run_checks", "Settings", "UsageError"]
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + message
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-# ---------------------------------------------------------------------------- settings
-
-@dataclass
-class Settings:
-    """Everything a worker needs to check one file; plain data, so it pickles."""
-    select: Optional[List[str]] = None
-    ignore: Optional[List[str]] = None
-    extend_select: List[str] = field(default_factory=list)
-    extend_ignore: List[str] = field(default_factory=list)
-    per_file_ignores: List[Tuple[str, List[str]]] = field(default_factory=list)
-    disable_noqa: bool = False
-    vram_gpu: Optional[str] = None
-    vram: bool = True
 
 
 def known_codes() -> List[str]:
@@ -71,236 +54,22 @@ def _validate_codes(codes: Optional[List[str]], option: str) -> None:
                              f"(known: {known[0]}..{known[-1]}; run `tpf rules`)")
 
 
-class Decider:
-    """flake8's select/ignore decision (its own DecisionEngine), plus per-file-ignores."""
+# ---------------------------------------------------------------------------- options
 
-    def __init__(self, settings: Settings) -> None:
-        from flake8.style_guide import DecisionEngine
-
-        self.settings = settings
-        self._engines: Dict[Tuple[str, ...], object] = {}
-        self._make = DecisionEngine
-        # flake8 makes a per-file pattern with a path separator absolute from the cwd
-        from flake8.utils import normalize_path
-        self.per_file = [(normalize_path(pattern), codes)
-                         for pattern, codes in settings.per_file_ignores]
-
-    def _engine(self, extra: Tuple[str, ...]):
-        engine = self._engines.get(extra)
-        if engine is None:
-            s = self.settings
-            options = argparse.Namespace(
-                select=s.select, ignore=s.ignore, extend_select=s.extend_select,
-                extend_ignore=[*s.extend_ignore, *extra],
-                extended_default_select=["TPF"], extended_default_ignore=[])
-            engine = self._engines[extra] = self._make(options)
-        return engine
-
-    def for_file(self, path: str):
-        matching = [(pattern, codes) for pattern, codes in self.per_file
-                    if _matches(path, [pattern])]
-        extra: Tuple[str, ...] = ()
-        if matching:   # flake8 uses the one style guide whose pattern is longest
-            extra = tuple(max(matching, key=lambda m: len(m[0]))[1])
-        engine = self._engine(extra)
-        from flake8.style_guide import Decision
-        return lambda code: engine.decision_for(code) is Decision.Selected
+def _code_list(text: str) -> List[str]:
+    codes = [c.strip().upper() for c in re.split(r"[,\s]+", text) if c.strip()]
+    if not codes:   # `--select ,,,` is a mistake, not "select nothing"
+        raise argparse.ArgumentTypeError(f"no rule codes in {text!r}")
+    return codes
 
 
-def _matches(path: str, patterns: Sequence[str]) -> bool:
-    """flake8's `utils.matches_filename`: the basename, then the absolute path."""
-    if not patterns:
-        return False
-    basename = os.path.basename(path)
-    if basename not in (".", "..") and any(fnmatch(basename, p) for p in patterns):
-        return True
-    absolute = os.path.abspath(path)
-    return any(fnmatch(absolute, p) for p in patterns)
+def _path_list(text: str) -> List[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
 
-
-# ---------------------------------------------------------------------------- reading
-
-class FileProblem(Exception):
-    """A file we could not check: one line for the user."""
-
-
-def read_source(path: str) -> Tuple[str, str]:
-    """(text, encoding), honouring a BOM or PEP 263 coding cookie."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as handle:
-                data = handle.read()
-    except IsADirectoryError:
-        raise FileProblem("is a directory") from None
-    except OSError as exc:
-        raise FileProblem(f"cannot read: {exc.strerror or exc}") from None
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:
-        raise FileProblem(f"cannot decode: {exc.msg}") from None
-    try:
-        return data.decode(encoding), encoding
-    except (UnicodeDecodeError, LookupError) as exc:
-        where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
-        raise FileProblem(f"cannot decode as {encoding}{where}; save it as UTF-8 "
-                          f"or declare its encoding") from None
-
-
-def parse_source(source: str, path: str) -> ast.Module:
-    try:
-        return ast.parse(source, filename=path)
-    except SyntaxError as exc:
-        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
-        raise FileProblem(f"syntax error: {exc.msg} ({where})") from None
-    except (ValueError, RecursionError, MemoryError) as exc:
-        raise FileProblem(f"cannot parse: {exc}") from None
-
-
-# ---------------------------------------------------------------------------- one file
-
-@dataclass
-class FileResult:
-    path: str
-    findings: List[Finding] = field(default_factory=list)
-    problem: Optional[str] = None
-    lines: Dict[int, str] = field(default_factory=dict)   # the reported lines, for display
-
-
-_DECIDER: Dict[str, Decider] = {}
-
-
-def _decider(settings: Settings) -> Decider:
-    key = repr(settings)
-    if key not in _DECIDER:
-        _DECIDER.clear()
-        _DECIDER[key] = Decider(settings)
-    return _DECIDER[key]
-
-
-def keep_predicate(settings: Settings, path: str, lines: Sequence[str]):
-    selected = _decider(settings).for_file(path)
-    noqa = NoqaMap(lines)
-
-    def keep(finding: Finding) -> bool:
-        if not selected(finding.code):
-            return False
-        return settings.disable_noqa or not noqa.suppressed(finding.line, finding.code)
-    return keep
-
-
-def check_file(path: str, settings: Settings, source: Optional[str] = None) -> FileResult:
-    result = FileResult(path)
-    try:
-        if source is None:
-            source, _ = read_source(path)
-        lines = source.splitlines(True)
-        if not settings.disable_noqa and NoqaMap(lines).skip_file():
-            return result
-        tree = parse_source(source, path)
-        findings: List[Finding] = []
-        if not has_skip_file_comment(lines):
-            findings.extend(lint_tree(tree, path))
-        if settings.vram:
-            findings.extend(_vram_findings(tree, lines, path, settings))
-        keep = keep_predicate(settings, path, lines)
-        result.findings = sorted((f for f in findings if keep(f)),
-                                 key=lambda f: (f.line, f.col, f.code, f.message))
-        result.lines = {f.line: lines[f.line - 1] for f in result.findings
-                        if 1 <= f.line <= len(lines)}
-    except FileProblem as exc:
-        result.problem = str(exc)
-    except RecursionError:
-        result.problem = "too deeply nested to analyse"
-    return result
-
-
-def _check_worker(args):
-    path, settings = args
-    return check_file(path, settings)
-
-
-# ---------------------------------------------------------------------------- vram plugin
-
-_VRAM_STATE: Dict[str, object] = {}
-
-
-def _vram_findings(tree, lines, path, settings: Settings) -> List[Finding]:
-    """TPF100-TPF102 from the optional `vram_estimator` flake8 plugin, when installed."""
-    checker = _VRAM_STATE.get("class", False)
-    if checker is False:
-        try:
-            from vram_estimator.flake8_plugin import VramChecker as checker  # type: ignore
-        except Exception:
-            checker = None
-        _VRAM_STATE["class"] = checker
-    if checker is not None and hasattr(checker, "parse_options") \
-            and _VRAM_STATE.get("gpu", False) != settings.vram_gpu:
-        try:
-            checker.parse_options(argparse.Namespace(vram_gpu=settings.vram_gpu))
-            _VRAM_STATE["gpu"] = settings.vram_gpu
-        except Exception:
-            pass
-    if checker is None:
-        return []
-    from .reporting import Item
-    out = []
-    try:
-        import inspect
-        params = inspect.signature(checker.__init__).parameters
-        available = {"tree": tree, "lines": list(lines), "filename": path}
-        kwargs = {name: available[name] for name in params if name in available}
-        if "file_tokens" in params:
-            try:
-                kwargs["file_tokens"] = list(tokenize.generate_tokens(io.StringIO("".join(lines)).readline))
-            except (tokenize.TokenError, SyntaxError):
-                kwargs["file_tokens"] = []
-        for line, col, text, _ in checker(**kwargs).run():
-            code, _, rest = str(text).partition(" ")
-            item = Item.from_text(path, line, col + 1, code, rest)
-            out.append(Finding(line, col, code, item.severity, item.text, "", ""))
-    except Exception:
-        return []
-    return out
-
-
-# ---------------------------------------------------------------------------- discovery
-
-@dataclass
-class Discovery:
-    exclude: List[str]
-    filename: List[str]
-
-
-def discover(paths: Sequence[str], discovery: Discovery) -> List[str]:
-    """flake8's file discovery: explicit files always, `*.py` under folders, minus excludes."""
-    files: List[str] = []
-    for path in paths:
-        if path == "-":
-            files.append(path)
-            continue
-        if not os.path.exists(path):
-            raise UsageError(f"{path}: no such file or directory")
-        if _matches(path, discovery.exclude):
-            continue
-        if not os.path.isdir(path):
-            files.append(path)
-            continue
-        for root, dirs, names in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not _matches(os.path.join(root, d), discovery.exclude))
-            for name in sorted(names):
-                full = os.path.join(root, name)
-                if _matches(full, discovery.filename) and not _matches(full, discovery.exclude):
-                    files.append(full)
-    seen = set()
-    return [f for f in files if not (f in seen or seen.add(f))]
-
-
-# ---------------------------------------------------------------------------- commands
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", default=["."], help="files or folders (default: .); - for stdin")
+    parser.add_argument("paths", nargs="*", default=["."],
+                        help="files, folders (Python files and notebooks) or - for stdin")
     parser.add_argument("--select", type=_code_list,
                         help="comma-separated codes or prefixes to report (overrides config)")
     parser.add_argument("--ignore", type=_code_list,
@@ -311,15 +80,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="read this file's [flake8] section instead of discovering one")
     parser.add_argument("--isolated", action="store_true", help="ignore every configuration file")
     parser.add_argument("--disable-noqa", action="store_true", help="report lines with `# noqa` too")
-    parser.add_argument("--stdin-display-name", default="stdin")
-
-
-def _code_list(text: str) -> List[str]:
-    return [c.strip().upper() for c in re.split(r"[,\s]+", text) if c.strip()]
-
-
-def _path_list(text: str) -> List[str]:
-    return [c.strip() for c in text.split(",") if c.strip()]
+    parser.add_argument("--notes", action="store_true", default=None,
+                        help="also report notes (tuning advice; the code is correct); "
+                             "config: tpf-notes = true")
+    parser.add_argument("--stdin-display-name", default="stdin",
+                        help="the name of stdin in reports (a name ending in .ipynb reads a notebook)")
+    parser.add_argument("-q", "--quiet", action="count", default=0,
+                        help="less output: -q one line per finding and no summary, -qq nothing")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="name each file as it is checked")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -331,16 +100,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(check)
     check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
     check.add_argument("--fail-on", choices=(ERROR, WARNING, NOTE), default=WARNING,
-                       help="lowest level that makes the exit code 1 (default: warning)")
+                       help="lowest level that makes the exit code 1 (default: warning; "
+                            "note implies --notes)")
     check.add_argument("--jobs", "-j", default="auto", help="worker processes (N or auto)")
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     check.add_argument("--output-file", "-o", help="write the report here instead of stdout")
     check.add_argument("--vram-gpu", help="target GPU for the memory codes (TPF100-TPF102)")
     check.add_argument("--no-vram", action="store_true", help="do not run the memory plugin")
+    check.add_argument("--baseline", metavar="FILE",
+                       help="fail only on findings not recorded in FILE (recorded on first use)")
+    check.add_argument("--update-baseline", action="store_true",
+                       help="record today's findings in the --baseline file")
+    check.add_argument("--statistics", action="store_true",
+                       help="after the report, findings and # noqa suppressions per rule")
 
     fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013)")
     _add_common(fix)
-    fix.add_argument("--diff", action="store_true", help="print a unified diff; change nothing")
+    fix.add_argument("--diff", action="store_true",
+                     help="print a unified diff (for git apply / patch -p1); change nothing")
+
+    stats = sub.add_parser("stats", help="findings and # noqa suppressions per rule, and where")
+    _add_common(stats)
+    stats.add_argument("--jobs", "-j", default="auto", help="worker processes (N or auto)")
+    stats.add_argument("--vram-gpu", help="target GPU for the memory codes (TPF100-TPF102)")
+    stats.add_argument("--no-vram", action="store_true", help="do not run the memory plugin")
 
     explain = sub.add_parser("explain", help="show a rule's documentation")
     explain.add_argument("code")
@@ -348,13 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# ---------------------------------------------------------------------------- main
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .baseline import BaselineError
+    from .writing import WriteProblem
+
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
-    except UsageError as exc:
+    except (UsageError, ConfigError, BaselineError) as exc:
         print(f"tpf: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ConfigError as exc:
+    except WriteProblem as exc:
         print(f"tpf: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -387,39 +175,39 @@ def _main(argv: List[str]) -> int:
         return EXIT_CLEAN
     for option in ("select", "ignore", "extend_select", "extend_ignore"):
         _validate_codes(getattr(args, option), "--" + option.replace("_", "-"))
+    if getattr(args, "update_baseline", False) and not args.baseline:
+        raise UsageError("--update-baseline needs --baseline FILE")
     config = load_config(args.config, args.isolated)
     settings, discovery = _settings(args, config)
     files = discover(args.paths, discovery)
     if args.command == "fix":
         return _fix(files, settings, args)
-    return _check(files, settings, args)
+    if args.command == "stats":
+        return _stats([f for f, _ in files], settings, args)
+    return _check([f for f, _ in files], settings, args)
 
 
 def _settings(args, config: Config) -> Tuple[Settings, Discovery]:
-    def pick(cli, key):
-        return cli if cli is not None else config.get_list(key)
+    from flake8.utils import normalize_paths
 
+    def pick(cli, configured):
+        return cli if cli is not None else configured
+
+    notes = pick(args.notes, config.notes) or getattr(args, "fail_on", None) == NOTE
     settings = Settings(
-        select=pick(args.select, "select"),
-        ignore=pick(args.ignore, "ignore"),
-        extend_select=[*(config.get_list("extend-select") or []), *(args.extend_select or [])],
-        extend_ignore=[*(config.get_list("extend-ignore") or []), *(args.extend_ignore or [])],
-        per_file_ignores=config.per_file_ignores(),
-        disable_noqa=args.disable_noqa or _truthy(config.get("disable-noqa")),
-        vram_gpu=getattr(args, "vram_gpu", None) or config.get("vram-gpu"),
+        select=pick(args.select, config.select),
+        ignore=pick(args.ignore, config.ignore),
+        extend_select=[*config.extend_select, *(args.extend_select or [])],
+        extend_ignore=[*config.extend_ignore, *(args.extend_ignore or [])],
+        per_file_ignores=config.per_file_ignores,
+        disable_noqa=args.disable_noqa or config.disable_noqa,
+        vram_gpu=getattr(args, "vram_gpu", None) or config.vram_gpu,
         vram=not getattr(args, "no_vram", False),
+        notes=bool(notes),
     )
-    if args.exclude is not None:
-        exclude = [os.path.abspath(p) if os.sep in p else p for p in args.exclude]
-    else:
-        exclude = config.paths("exclude") or list(DEFAULT_EXCLUDE)
-    exclude += config.paths("extend-exclude") or []
-    discovery = Discovery(exclude, config.get_list("filename") or ["*.py"])
-    return settings, discovery
-
-
-def _truthy(value: Optional[str]) -> bool:
-    return bool(value) and value.strip().lower() in ("1", "true", "yes", "on")
+    exclude = normalize_paths(args.exclude) if args.exclude is not None else list(config.exclude)
+    exclude += config.extend_exclude
+    return settings, Discovery(exclude, config.filename)
 
 
 def _jobs(value: str, files: int) -> int:
@@ -434,111 +222,294 @@ def _jobs(value: str, files: int) -> int:
     return jobs
 
 
-def run_checks(files: Sequence[str], settings: Settings, jobs: int,
-               stdin_name: str = "stdin") -> List[FileResult]:
-    on_disk = [f for f in files if f != "-"]
-    if jobs > 1 and len(on_disk) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(on_disk))) as pool:
-            done = dict(zip(on_disk, pool.map(_check_worker, [(f, settings) for f in on_disk],
-                                              chunksize=max(1, len(on_disk) // (jobs * 4)))))
-    else:
-        done = {f: check_file(f, settings) for f in on_disk}
-    results = []
-    for f in files:
-        if f == "-":
-            try:
-                source, _ = read_source("-")
-                result = check_file(stdin_name, settings, source)
-            except FileProblem as exc:
-                result = FileResult(stdin_name, problem=str(exc))
-            results.append(result)
-        else:
-            results.append(done[f])
+# ---------------------------------------------------------------------------- check
+
+def _run(files: List[str], settings: Settings, args) -> List[FileResult]:
+    """Check every file, with the progress line or -v's per-file lines on stderr."""
+    from .progress import Progress, wanted
+
+    verbose = args.verbose > 0 and args.quiet == 0
+    progress = Progress(len(files), sys.stderr,
+                        enabled=not verbose and wanted(sys.stderr, args.quiet))
+    started = time.monotonic()
+
+    def on_result(result: FileResult) -> None:
+        progress.advance(len(result.reports))
+        if verbose:
+            state = result.problem or f"{len(result.reports)} finding(s)"
+            print(f"tpf: checked {result.path}: {state}", file=sys.stderr)
+
+    try:
+        results = run_checks(files, settings, _jobs(args.jobs, len(files)),
+                             args.stdin_display_name, on_result)
+    finally:
+        progress.close()
+    if verbose:
+        print(f"tpf: {len(files)} file(s) in {time.monotonic() - started:.2f} s", file=sys.stderr)
     return results
+
+
+def _items(results: Sequence[FileResult]):
+    from . import reporting
+    from .fixes import is_fixable
+
+    items, suppressed, errors = [], [], []
+    for result in results:
+        if result.problem:
+            errors.append({"path": result.path, "message": f"{result.path}: {result.problem}"})
+        for report in result.reports:
+            items.append(reporting.Item.from_report(result.path, report,
+                                                    is_fixable(report.finding)))
+        for report in result.suppressed:
+            suppressed.append(reporting.Item.from_report(result.path, report))
+    return items, suppressed, errors
 
 
 def _check(files: List[str], settings: Settings, args) -> int:
     from . import reporting
-    from .fixes import is_fixable
 
-    results = run_checks(files, settings, _jobs(args.jobs, len(files)), args.stdin_display_name)
-    items, errors, sources = [], [], {}
-    for result in results:
-        if result.problem:
-            errors.append({"path": result.path, "message": f"{result.path}: {result.problem}"})
-        for finding in result.findings:
-            items.append(reporting.Item.from_finding(result.path, finding, is_fixable(finding)))
-        sources[result.path] = _sparse_lines(result.lines)
+    output = None
+    if args.output_file:
+        from .writing import check_output_path
+        check_output_path(args.output_file, files)
+        output = args.output_file
+    recorded = _load_baseline(args)
+    results = _run(files, settings, args)
+    items, suppressed, errors = _items(results)
     for error in errors:
         print(f"tpf: error: {error['message']}", file=sys.stderr)
-    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
-    try:
-        if args.format == "json":
-            out.write(reporting.render_json(items, errors) + "\n")
-        elif args.format == "sarif":
-            out.write(reporting.render_sarif(items, errors) + "\n")
-        elif args.format == "github":
-            out.write(reporting.render_github(items, errors))
-        else:
-            colour = args.color == "always" or (args.color == "auto" and out.isatty()
-                                                and "NO_COLOR" not in os.environ)
-            out.write(reporting.render_terminal(items, sources, colour))
-            out.write(reporting.summary_line(items, len(results), len(errors)) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    failing = reporting.at_or_above(items, args.fail_on)
+    absent: list = []
+    if args.baseline:
+        items, absent = _apply_baseline(items, results, recorded, args)
+    shown = [i for i in items if i.baseline != "unchanged"]
+    text = _render(args, shown, items, absent, errors, len(results), suppressed)
+    _emit(text, output)
+    failing = reporting.at_or_above(shown, args.fail_on)
     return EXIT_FINDINGS if failing or errors else EXIT_CLEAN
 
 
-def _sparse_lines(lines: Dict[int, str]) -> List[str]:
-    if not lines:
-        return []
-    out = [""] * max(lines)
-    for number, text in lines.items():
-        out[number - 1] = text
-    return out
+def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
+    from . import reporting
+
+    if args.format == "json":
+        return reporting.render_json(items if args.baseline else shown, errors) + "\n"
+    if args.format == "sarif":
+        return reporting.render_sarif(list(items) + list(absent), errors) + "\n"
+    if args.format == "github":
+        return reporting.render_github(shown, errors)
+    if args.quiet >= 2:
+        return ""
+    if args.quiet == 1:
+        text = "".join(f"{i.place}: {i.code} [{i.severity}] {i.what or i.text}\n" for i in shown)
+    else:
+        stream = sys.stdout if not args.output_file else None
+        colour = args.color == "always" or (args.color == "auto" and stream is not None
+                                            and stream.isatty() and "NO_COLOR" not in os.environ)
+        text = reporting.render_terminal(shown, None, colour)
+        text += reporting.summary_line(shown, file_count, len(errors))
+        if args.baseline:
+            known = len(items) - len(shown)
+            text += f" {known} known finding{'s' if known != 1 else ''} in the baseline not shown."
+        text += "\n"
+    if args.statistics:
+        text += "\n" + reporting.render_statistics(items, suppressed)
+    return text
 
 
-def _fix(files: List[str], settings: Settings, args) -> int:
-    from .fixes import fix_source
+def _emit(text: str, output: Optional[str]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from .writing import atomic_write
+    atomic_write(output, text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------- baseline
+
+def _load_baseline(args):
+    if not args.baseline or args.update_baseline:
+        return None
+    from .baseline import load
+    return load(args.baseline)
+
+
+def _apply_baseline(items, results, recorded, args):
+    """Items with their baseline state; absent entries as items; records the file when it
+    does not exist yet or --update-baseline is given."""
+    from . import baseline as bl
+    from . import reporting
+
+    reports = [r for result in results for r in result.reports]
+    paths = [result.path for result in results for _ in result.reports]
+    entries = bl.fingerprints((r.finding.code, bl.relative_path(p, args.baseline), r.line,
+                               r.scope, r.statement) for r, p in zip(reports, paths))
+    if recorded is None:
+        from .writing import atomic_write
+        atomic_write(args.baseline, bl.dump(entries).encode("utf-8"))
+        print(f"tpf: recorded {len(entries)} finding{'s' if len(entries) != 1 else ''} "
+              f"in the baseline {args.baseline}", file=sys.stderr)
+        recorded = entries
+    states, gone = bl.classify(entries, recorded)
+    marked = [replace(item, fingerprint=entry.fingerprint, baseline=state)
+              for item, entry, state in zip(items, entries, states)]
+    folder = os.path.dirname(os.path.abspath(args.baseline))
+    absent = []
+    for entry in gone:
+        path = os.path.relpath(os.path.join(folder, entry.path))
+        absent.append(reporting.Item(path, max(entry.line, 1), 1, entry.code,
+                                     reporting.default_severity(entry.code),
+                                     f"no longer found: `{entry.statement}` in {entry.scope}",
+                                     fingerprint=entry.fingerprint, baseline=bl.ABSENT))
+    return marked, absent
+
+
+# ---------------------------------------------------------------------------- stats
+
+def _stats(files: List[str], settings: Settings, args) -> int:
+    from . import reporting
+
+    args.jobs = getattr(args, "jobs", "auto")
+    results = _run(files, settings, args)
+    items, suppressed, errors = _items(results)
+    for error in errors:
+        print(f"tpf: error: {error['message']}", file=sys.stderr)
+    sys.stdout.write(reporting.render_statistics(items, suppressed))
+    return EXIT_FINDINGS if errors else EXIT_CLEAN
+
+
+# ---------------------------------------------------------------------------- fix
+
+def _fix(files: List[Tuple[str, str]], settings: Settings, args) -> int:
+    from .notebooks import is_notebook
 
     problems = changed = fixed_total = 0
-    for path in files:
+    for path, root in files:
         name = args.stdin_display_name if path == "-" else path
+        data: Optional[bytes] = None
         try:
-            source, encoding = read_source(path)
-            parse_source(source, name)
+            data = read_bytes(path)
+            if is_notebook(name):
+                outcome = _fix_notebook(name, data, settings)
+            else:
+                outcome = _fix_python(name, data, settings)
         except FileProblem as exc:
             print(f"tpf: error: {name}: {exc}", file=sys.stderr)
             problems += 1
+            if path == "-" and data is not None:
+                sys.stdout.buffer.write(data)   # stdin in, stdin out: unchanged
             continue
-        lines = source.splitlines(True)
-        if not settings.disable_noqa and NoqaMap(lines).skip_file():
-            if path == "-":
-                sys.stdout.write(source)
-            continue
-        result = fix_source(source, name, keep_predicate(settings, name, lines))
+        new_data, fixed, old_text, new_text, encoding = outcome
         if path == "-":
-            sys.stdout.write(result.source)
-            continue
-        if not result.changed:
+            sys.stdout.buffer.write(new_data if fixed else data)
+            sys.stdout.flush()
+        if not fixed:
             continue
         changed += 1
-        fixed_total += len(result.fixed)
+        fixed_total += len(fixed)
         if args.diff:
-            sys.stdout.writelines(difflib.unified_diff(
-                lines, result.source.splitlines(True), f"a/{path}", f"b/{path}"))
-        else:
-            with open(path, "wb") as handle:
-                handle.write(result.source.encode(encoding))
-            for finding in result.fixed:
-                print(f"{path}:{finding.line}:{finding.col + 1}: fixed {finding.code} "
-                      f"({finding.fix})", file=sys.stderr)
+            sys.stdout.buffer.write(unified_diff(old_text, new_text, path, encoding))
+            sys.stdout.flush()
+            continue
+        if path == "-":
+            _report_fixed(name, fixed, args)
+            continue
+        try:
+            from .writing import atomic_write, write_target
+            atomic_write(write_target(path, root), new_data)
+        except Exception as exc:   # WriteProblem, and anything else the disk says
+            print(f"tpf: error: {name}: {exc}", file=sys.stderr)
+            problems += 1
+            changed -= 1
+            fixed_total -= len(fixed)
+            continue
+        _report_fixed(name, fixed, args)
     if args.diff:
         return EXIT_FINDINGS if changed or problems else EXIT_CLEAN
-    if path_count := len(files):
-        verb = "would fix" if args.diff else "fixed"
-        print(f"tpf: {verb} {fixed_total} finding{'s' if fixed_total != 1 else ''} in "
-              f"{changed} of {path_count} file{'s' if path_count != 1 else ''}", file=sys.stderr)
+    if files and args.quiet == 0:
+        count = len(files)
+        print(f"tpf: fixed {fixed_total} finding{'s' if fixed_total != 1 else ''} in "
+              f"{changed} of {count} file{'s' if count != 1 else ''}", file=sys.stderr)
     return EXIT_FINDINGS if problems else EXIT_CLEAN
+
+
+def _report_fixed(name: str, fixed, args) -> None:
+    if args.quiet:
+        return
+    for place, finding in fixed:
+        print(f"{name}:{place}: fixed {finding.code} ({finding.fix})", file=sys.stderr)
+
+
+def _fix_python(path: str, data: bytes, settings: Settings):
+    """(new bytes, [(place, finding)], old text, new text, encoding)."""
+    from .fixes import fix_source
+
+    source, encoding = decode_source(data)
+    parse_source(source, path)
+    lines = source.splitlines(True)
+    if not settings.disable_noqa and NoqaMap(lines).skip_file():
+        return data, [], source, source, encoding
+    result = fix_source(source, path, keep_predicate(settings, path, lines))
+    if not result.changed:
+        return data, [], source, source, encoding
+    fixed = [(f"{f.line}:{f.col + 1}", f) for f in result.fixed]
+    # the codec named by a BOM (utf-8-sig) or coding cookie writes the file back as it was
+    return result.source.encode(encoding), fixed, source, result.source, encoding
+
+
+def _fix_notebook(path: str, data: bytes, settings: Settings):
+    from .fixes import fix_source
+    from .notebooks import NotebookProblem, read_notebook, rewrite_sources, split_fixed_module
+
+    try:
+        notebook = read_notebook(path, data)
+        if not notebook.cells:
+            return data, [], "", "", "utf-8"
+        if not notebook.writable:
+            raise NotebookProblem("tpf fix writes nbformat 4 notebooks only; convert it first")
+        lines = notebook.module.splitlines(True)
+        if not settings.disable_noqa and NoqaMap(lines).skip_file():
+            return data, [], "", "", "utf-8"
+        keep = keep_predicate(settings, path, lines)
+        broken = {c.number for c in notebook.cells if not c.parses}
+
+        def keep_fixable(finding) -> bool:
+            place = notebook.place(finding.line)
+            return keep(finding) and place is not None and place[0] not in broken
+
+        result = fix_source(notebook.module, path, keep_fixable)
+        if not result.changed:
+            return data, [], "", "", "utf-8"
+        new_text = rewrite_sources(notebook, split_fixed_module(notebook, result.source))
+    except NotebookProblem as exc:
+        raise FileProblem(str(exc)) from None
+    fixed = []
+    for finding in result.fixed:
+        cell, line = notebook.place(finding.line) or (0, 0)
+        fixed.append((f"cell {cell}:line {line}:{finding.col + 1}", finding))
+    bom = data.startswith(b"\xef\xbb\xbf")
+    encoding = "utf-8-sig" if bom else "utf-8"
+    return new_text.encode(encoding), fixed, notebook.text, new_text, encoding
+
+
+def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> bytes:
+    """A diff `git apply` and `patch -p1` accept: `a/<path>` `b/<path>` relative to the
+    current directory, `\\ No newline at end of file` where a side ends without one, and
+    the file's own encoding (a latin-1 file's diff applies to the latin-1 file)."""
+    name = _diff_name(path)
+    if encoding.replace("_", "-") == "utf-8-sig":   # the BOM is part of the file's first line
+        old, new, encoding = "\ufeff" + old, "\ufeff" + new, "utf-8"
+    old_lines, new_lines = split_lines(old), split_lines(new)
+    out: List[str] = []
+    for line in difflib.unified_diff(old_lines, new_lines, f"a/{name}", f"b/{name}"):
+        if line.startswith(("---", "+++")):
+            out.append(line.rstrip("\n") + "\n")
+        elif line.endswith(("\n", "\r")):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out).encode(encoding)
+
+
+def _diff_name(path: str) -> str:
+    relative = os.path.relpath(os.path.abspath(path))
+    return relative.replace(os.sep, "/")

@@ -1,26 +1,30 @@
-"""The `[flake8]` configuration, read the way flake8 reads it, so one file serves both.
+"""The `[flake8]` configuration, read by flake8's own machinery, so one file serves both.
 
-Discovery (flake8's rules): walking up from the current directory, in each directory the
-first of `setup.cfg`, `tox.ini`, `.flake8` that has a `[flake8]` section wins; files are
-never merged and `pyproject.toml` is never read. `--config FILE` names one explicitly and
-`--isolated` ignores all configuration. Keys may use dashes or underscores.
+`tpf` asks flake8 to do what `flake8` itself does at start-up (`flake8.options.parse_args`:
+find the config file, load the installed plugins, register every option, parse the file's
+values with each option's type) and takes the values it needs from the resulting namespace.
+So discovery (walking up from the current directory, the first of `setup.cfg`, `tox.ini`,
+`.flake8` with a `[flake8]` section; `pyproject.toml` never read), `--config FILE`,
+`--isolated`, dashes or underscores in keys, types (`disable-noqa = maybe` is an error),
+code validation (`ignore = TPF-1` is an error) and path normalisation are flake8's, not a
+copy of them. A file flake8 cannot parse is an error here too, reported on one line.
+
+flake8 has no documented API for "read the configuration"; `parse_args` is the one function
+its command line, its legacy API and its worker processes all call, and it has the same
+signature from flake8 6.0 (our minimum) to 7.x.
 
 Keys used by `tpf`: select, extend-select, ignore, extend-ignore, per-file-ignores, exclude,
-extend-exclude, filename, vram-gpu. Command-line options override the file.
+extend-exclude, filename, disable-noqa, vram-gpu, tpf-notes. Command-line options override
+the file.
 """
 from __future__ import annotations
 
+import argparse
 import configparser
-import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from flake8 import utils as flake8_utils
-
-CANDIDATES = ("setup.cfg", "tox.ini", ".flake8")
-# flake8's defaults.EXCLUDE
-DEFAULT_EXCLUDE = (".svn", "CVS", ".bzr", ".hg", ".git", "__pycache__", ".tox", ".nox", ".eggs",
-                   "*.egg")
 
 
 class ConfigError(Exception):
@@ -29,77 +33,74 @@ class ConfigError(Exception):
 
 @dataclass
 class Config:
-    path: Optional[str] = None                 # the file read, if any
-    directory: str = field(default_factory=os.getcwd)
-    values: Dict[str, str] = field(default_factory=dict)   # raw [flake8] keys, dashes
-
-    def get_list(self, key: str) -> Optional[List[str]]:
-        raw = self.values.get(key)
-        if raw is None:
-            return None
-        return flake8_utils.parse_comma_separated_list(raw)
-
-    def get(self, key: str) -> Optional[str]:
-        value = self.values.get(key)
-        return value.strip() if value is not None else None
-
-    def paths(self, key: str) -> Optional[List[str]]:
-        """A comma-separated list of path patterns, normalised against the config's folder."""
-        items = self.get_list(key)
-        if items is None:
-            return None
-        return [flake8_utils.normalize_path(item, self.directory) for item in items]
-
-    def per_file_ignores(self) -> List[Tuple[str, List[str]]]:
-        raw = self.values.get("per-file-ignores")
-        if not raw:
-            return []
-        try:
-            return flake8_utils.parse_files_to_codes_mapping(raw)
-        except Exception as exc:  # flake8's ExecutionError
-            first = str(exc).strip().splitlines()[0]
-            raise ConfigError(f"{self.path}: per-file-ignores: {first}") from None
+    select: Optional[List[str]] = None
+    ignore: Optional[List[str]] = None
+    extend_select: List[str] = field(default_factory=list)
+    extend_ignore: List[str] = field(default_factory=list)
+    per_file_ignores: List[Tuple[str, List[str]]] = field(default_factory=list)
+    exclude: List[str] = field(default_factory=list)          # normalised like flake8's
+    extend_exclude: List[str] = field(default_factory=list)
+    filename: List[str] = field(default_factory=lambda: ["*.py"])
+    disable_noqa: bool = False
+    vram_gpu: Optional[str] = None
+    notes: bool = False
 
 
-def find_config_file(start: str) -> Optional[str]:
-    """flake8's discovery: the first candidate with a [flake8] section, walking up."""
-    home = os.path.expanduser("~")
-    path = os.path.abspath(start)
-    while True:
-        for candidate in CANDIDATES:
-            cfg_path = os.path.join(path, candidate)
-            if not os.path.isfile(cfg_path):
-                continue
-            parser = configparser.RawConfigParser()
-            try:
-                parser.read(cfg_path, encoding="UTF-8")
-            except (UnicodeDecodeError, configparser.Error):
-                continue   # flake8 ignores an unparsable candidate with a warning
-            if parser.has_section("flake8") or parser.has_section("flake8:local-plugins"):
-                return cfg_path
-        parent = os.path.dirname(path)
-        if parent == path or os.path.abspath(home) == parent:
-            return None
-        path = parent
+def load_config(explicit: Optional[str] = None, isolated: bool = False) -> Config:
+    """The configuration flake8 would use from the current directory (or `explicit`)."""
+    argv: List[str] = ["--isolated"] if isolated else []
+    if explicit is not None and not isolated:
+        argv += ["--config", explicit]
+    options = _flake8_options(argv)
+    return Config(
+        select=options.select,
+        ignore=options.ignore,
+        extend_select=list(options.extend_select or []),
+        extend_ignore=list(options.extend_ignore or []),
+        per_file_ignores=_per_file_ignores(options.per_file_ignores),
+        exclude=list(options.exclude or []),
+        extend_exclude=list(options.extend_exclude or []),
+        filename=list(options.filename or ["*.py"]),
+        disable_noqa=bool(options.disable_noqa),
+        vram_gpu=_text_or_none(getattr(options, "vram_gpu", None)),
+        notes=bool(getattr(options, "tpf_notes", False)),
+    )
 
 
-def load_config(explicit: Optional[str] = None, isolated: bool = False,
-                start: Optional[str] = None) -> Config:
-    cwd = os.path.abspath(start or os.getcwd())
-    if isolated:
-        return Config(None, cwd, {})
-    path = explicit if explicit is not None else find_config_file(cwd)
-    if path is None:
-        return Config(None, cwd, {})
-    parser = configparser.RawConfigParser()
+def _flake8_options(argv: List[str]) -> argparse.Namespace:
+    from flake8 import exceptions
+    from flake8.options.parse_args import parse_args
+
     try:
-        read = parser.read(path, encoding="UTF-8")
-    except (UnicodeDecodeError, configparser.Error) as exc:
-        raise ConfigError(f"cannot read config {path}: {str(exc).splitlines()[0]}") from None
-    if not read:
-        raise ConfigError(f"the config file does not exist: {path}")
-    values: Dict[str, str] = {}
-    if parser.has_section("flake8"):
-        for key, value in parser.items("flake8"):
-            values[key.replace("_", "-")] = value
-    return Config(os.path.abspath(path), os.path.dirname(os.path.abspath(path)), values)
+        _, options = parse_args(argv)
+    except exceptions.ExecutionError as exc:     # --config names a file that does not exist
+        raise ConfigError(_first_line(exc)) from None
+    except configparser.Error as exc:            # duplicate key or section, bad syntax
+        raise ConfigError(f"cannot read the configuration: {_first_line(exc)}") from None
+    except (ValueError, TypeError) as exc:       # a value of the wrong type or a bad code
+        raise ConfigError(f"bad value in the configuration: {_first_line(exc)}") from None
+    except SystemExit:   # argparse inside flake8 rejected a config value (choices)
+        raise ConfigError("bad value in the configuration (run flake8 to see which)") from None
+    except Exception as exc:    # a plugin flake8 cannot load: flake8 would stop too
+        raise ConfigError(f"flake8 could not start: {_first_line(exc)}") from None
+    return options
+
+
+def _per_file_ignores(raw: object) -> List[Tuple[str, List[str]]]:
+    if not raw:
+        return []
+    if isinstance(raw, list):            # flake8 versions that already split it
+        raw = "\n".join(raw)
+    try:
+        return flake8_utils.parse_files_to_codes_mapping(raw)
+    except Exception as exc:  # flake8's ExecutionError
+        raise ConfigError(f"per-file-ignores: {_first_line(exc)}") from None
+
+
+def _text_or_none(value: object) -> Optional[str]:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import quote
 
 from . import __version__
 from .findings import ERROR, NOTE, SEVERITY_ORDER, WARNING, Finding
@@ -45,12 +47,39 @@ class Item:
     evidence: str = ""
     fix: str = ""
     fixable: bool = False
+    # A notebook finding: `line`/`column` are in the .ipynb text, these in the notebook.
+    cell: int = 0
+    cell_line: int = 0
+    cell_column: int = 0
+    snippet: str = field(default="", compare=False)   # the source line, for the terminal
+    fingerprint: str = ""      # set when a baseline is in use
+    baseline: str = ""         # new | unchanged | absent, when a baseline is in use
 
     @classmethod
     def from_finding(cls, path: str, finding: Finding, fixable: bool = False) -> "Item":
         text = f"{finding.what} ({finding.evidence}); fix: {finding.fix}"
         return cls(path, finding.line, finding.col + 1, finding.code, finding.severity, text,
                    finding.what, finding.evidence, finding.fix, fixable)
+
+    @classmethod
+    def from_report(cls, path: str, report, fixable: bool = False) -> "Item":
+        """From a placed `checking.Report` (a notebook finding carries its cell)."""
+        f = report.finding
+        text = f"{f.what} ({f.evidence}); fix: {f.fix}" if f.evidence or f.fix else f.what
+        return cls(path, report.line, report.column, f.code, f.severity, text, f.what,
+                   f.evidence, f.fix, fixable, report.cell, report.cell_line,
+                   report.cell_column, report.snippet)
+
+    @property
+    def place(self) -> str:
+        """`path:12:9`, or `nb.ipynb:cell 3:line 5:9` for a notebook."""
+        if self.cell:
+            return f"{self.path}:cell {self.cell}:line {self.cell_line}:{self.cell_column}"
+        return f"{self.path}:{self.line}:{self.column}"
+
+    @property
+    def cell_place(self) -> str:
+        return f"cell {self.cell}, line {self.cell_line}" if self.cell else ""
 
     @classmethod
     def from_text(cls, path: str, line: int, column: int, code: str, text: str) -> "Item":
@@ -138,9 +167,12 @@ _COLOURS = {ERROR: "\033[31m", WARNING: "\033[33m", NOTE: "\033[36m"}
 _BOLD, _DIM, _RESET = "\033[1m", "\033[2m", "\033[0m"
 
 
-def render_terminal(items: Sequence[Item], sources: Mapping[str, Sequence[str]],
+def render_terminal(items: Sequence[Item], sources: Optional[Mapping[str, Sequence[str]]] = None,
                     colour: bool = False) -> str:
-    """A readable report: location, message, the source line with a caret, evidence, fix."""
+    """A readable report: location, message, the source line with a caret, evidence, fix.
+
+    The source line is the item's `snippet`, or line `item.line` of `sources[item.path]`.
+    """
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if colour else text
 
@@ -148,14 +180,17 @@ def render_terminal(items: Sequence[Item], sources: Mapping[str, Sequence[str]],
     for item in items:
         level = paint(item.severity, _COLOURS.get(item.severity, ""))
         head = item.what or item.text
-        out.append(f"{paint(f'{item.path}:{item.line}:{item.column}:', _BOLD)} "
-                   f"{paint(item.code, _BOLD)} [{level}] {head}")
-        lines = sources.get(item.path) or ()
-        if 1 <= item.line <= len(lines):
-            source = lines[item.line - 1].rstrip("\r\n").expandtabs(4)
-            gutter = str(item.line)
+        out.append(f"{paint(item.place + ':', _BOLD)} {paint(item.code, _BOLD)} [{level}] {head}")
+        line_text = item.snippet
+        if not line_text and sources:
+            lines = sources.get(item.path) or ()
+            line_text = lines[item.line - 1] if 1 <= item.line <= len(lines) else ""
+        if line_text:
+            source = line_text.rstrip("\r\n").expandtabs(4)
+            gutter = str(item.cell_line if item.cell else item.line)
+            column = item.cell_column if item.cell else item.column
             out.append(f"  {paint(gutter, _DIM)} | {source}")
-            caret_col = _display_column(lines[item.line - 1], item.column)
+            caret_col = _display_column(line_text, column)
             caret = paint("^", _COLOURS.get(item.severity, ""))
             out.append(f"  {' ' * len(gutter)} | {' ' * caret_col}{caret}")
         if item.evidence:
@@ -194,8 +229,12 @@ def summary_line(items: Sequence[Item], files: int, problems: int = 0) -> str:
 def item_dict(item: Item) -> dict:
     data = {"path": item.path, "line": item.line, "column": item.column, "code": item.code,
             "severity": item.severity, "message": item.message}
+    if item.cell:
+        data.update(cell=item.cell, cell_line=item.cell_line, cell_column=item.cell_column)
     if item.what:
         data.update(what=item.what, evidence=item.evidence, fix=item.fix, fixable=item.fixable)
+    if item.baseline:
+        data.update(baseline=item.baseline, fingerprint=item.fingerprint)
     return data
 
 
@@ -217,14 +256,18 @@ def _sarif_level(severity: str) -> str:
 
 
 def _uri(path: str) -> str:
-    """A repository-relative URI when the file is under the current directory."""
-    absolute = os.path.abspath(path)
-    cwd = os.getcwd()
-    if absolute == cwd or absolute.startswith(cwd + os.sep):
-        path = os.path.relpath(absolute, cwd)
-    else:
-        return "file://" + absolute.replace(os.sep, "/").replace(" ", "%20")
-    return path.replace(os.sep, "/").replace("%", "%25").replace(" ", "%20")
+    """A URI relative to %SRCROOT% (the current directory) for a file under it, else an
+    absolute `file:` URI; percent-encoded by urllib/pathlib (`exp #1/a.py` ->
+    `exp%20%231/a.py`), so it resolves back to the same path."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        relative = absolute.relative_to(Path.cwd().resolve())
+    except ValueError:
+        try:
+            relative = absolute.relative_to(Path.cwd())
+        except ValueError:
+            return absolute.as_uri()
+    return quote(PurePath(relative).as_posix())
 
 
 def _sarif_rule(code: str) -> dict:
@@ -252,18 +295,7 @@ def sarif_log(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -
         if item.code not in codes:
             codes.append(item.code)
     index = {code: i for i, code in enumerate(codes)}
-    results = []
-    for item in items:
-        results.append({
-            "ruleId": item.code,
-            "ruleIndex": index[item.code],
-            "level": _sarif_level(item.severity),
-            "message": {"text": item.text},
-            "locations": [{"physicalLocation": {
-                "artifactLocation": {"uri": _uri(item.path), "uriBaseId": "%SRCROOT%"},
-                "region": {"startLine": max(item.line, 1), "startColumn": max(item.column, 1)},
-            }}],
-        })
+    results = [_sarif_result(item, index[item.code]) for item in items]
     invocation = {"executionSuccessful": not errors}
     if errors:
         invocation["toolExecutionNotifications"] = [
@@ -285,9 +317,35 @@ def sarif_log(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -
     }
 
 
+def _sarif_result(item: Item, rule_index: int) -> dict:
+    """One SARIF result. A notebook finding: the region is where the source line is stored
+    in the .ipynb text (what a viewer opening the file shows), the cell is a logical location
+    (`cell 3`) and the properties `cell`, `cellLine`, `cellColumn`; the message starts with
+    `cell 3, line 5:` since viewers show the message, not the properties."""
+    location: dict = {"physicalLocation": {
+        "artifactLocation": {"uri": _uri(item.path), "uriBaseId": "%SRCROOT%"},
+        "region": {"startLine": max(item.line, 1), "startColumn": max(item.column, 1)},
+    }}
+    text = item.text
+    result: dict = {"ruleId": item.code, "ruleIndex": rule_index,
+                    "level": _sarif_level(item.severity)}
+    if item.cell:
+        text = f"{item.cell_place}: {text}"
+        location["logicalLocations"] = [{"name": f"cell {item.cell}",
+                                         "fullyQualifiedName": f"{item.path}:cell {item.cell}"}]
+        result["properties"] = {"cell": item.cell, "cellLine": item.cell_line,
+                                "cellColumn": item.cell_column}
+    result["message"] = {"text": text}
+    result["locations"] = [location]
+    if item.fingerprint:
+        result["partialFingerprints"] = {"tpfStatement/v1": item.fingerprint}
+    if item.baseline:
+        result["baselineState"] = item.baseline
+    return result
+
+
 def _srcroot() -> str:
-    root = os.getcwd().replace(os.sep, "/")
-    return "file://" + ("" if root.startswith("/") else "/") + root.replace(" ", "%20") + "/"
+    return Path.cwd().as_uri() + "/"
 
 
 def render_sarif(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
@@ -313,10 +371,14 @@ def render_github(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = (
     for item in items:
         name = rule_docs().get(item.code)
         title = f"{item.code} {name.name}" if name else item.code
+        message = item.message
+        if item.cell:   # the annotation sits on the .ipynb line that stores the source line
+            title += f" ({item.cell_place})"
+            message = f"{item.cell_place}: {message}"
         out.append(f"::{_GITHUB_COMMAND.get(item.severity, 'warning')} "
                    f"file={_escape_property(item.path.replace(os.sep, '/'))},line={item.line},"
                    f"col={item.column},title={_escape_property(title)}::"
-                   f"{_escape_data(item.message)}")
+                   f"{_escape_data(message)}")
     for error in errors:
         out.append(f"::error file={_escape_property(error['path'])},title=tpf::"
                    f"{_escape_data(error['message'])}")
@@ -330,3 +392,34 @@ def sort_items(items: Iterable[Item]) -> List[Item]:
 def at_or_above(items: Iterable[Item], threshold: str) -> List[Item]:
     floor = SEVERITY_ORDER[threshold]
     return [i for i in items if SEVERITY_ORDER.get(i.severity, 1) >= floor]
+
+
+# ---------------------------------------------------------------------------- statistics
+
+def render_statistics(reported: Sequence[Item], suppressed: Sequence[Item]) -> str:
+    """Per rule: findings reported and findings a `# noqa` silences, then where each
+    suppression is, so a team sees which rules it silences and where."""
+    codes = sorted({i.code for i in reported} | {i.code for i in suppressed})
+    if not codes:
+        return "No findings and no # noqa suppressions.\n"
+    docs = rule_docs()
+    rows: List[Tuple[str, ...]] = [("code", "name", "level", "reported", "noqa", "files")]
+    for code in codes:
+        doc = docs.get(code)
+        here = [i for i in reported if i.code == code]
+        silenced = [i for i in suppressed if i.code == code]
+        files = {i.path for i in here} | {i.path for i in silenced}
+        rows.append((code, doc.name if doc else "", doc.severity if doc else default_severity(code),
+                     str(len(here)), str(len(silenced)), str(len(files))))
+    rows.append(("total", "", "", str(len(reported)), str(len(suppressed)),
+                 str(len({i.path for i in reported} | {i.path for i in suppressed}))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {3, 4, 5}
+    out = ["  ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                     for i, cell in enumerate(row)).rstrip() for row in rows]
+    if suppressed:
+        out.append("")
+        out.append("# noqa suppressions:")
+        for item in sort_items(suppressed):
+            out.append(f"  {item.place}: {item.code} {item.what or item.text}")
+    return "\n".join(out) + "\n"

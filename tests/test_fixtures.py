@@ -14,6 +14,7 @@ CASES = rule_fixtures()
 def _findings(path):
     source = path.read_text()
     checker = TorchPreflightChecker(ast.parse(source), source.splitlines(True), str(path))
+    checker.show_notes = True   # the harness checks notes too (flake8 shows them with --tpf-notes)
     return source, [(line, col, message) for line, col, message, _ in checker.run()]
 
 
