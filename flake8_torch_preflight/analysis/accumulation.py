@@ -1,17 +1,53 @@
-"""Gradient-accumulation loops: `for _ in range(args.gradient_accumulation_steps):`.
+"""Gradient-accumulation windows: how the optimizer step is gated, and what one window is.
 
-A loop whose iteration count is an accumulation count runs the micro-batches of one
-optimizer step (DeepSpeed engines and Megatron-style `train_step` functions call
-`engine.step()` inside it; the engine only updates at the accumulation boundary).
+One question shared by TPF004 (the summed micro-batch losses are never averaged), TPF014
+(`scaler.unscale_` once per window, not per micro-step) and TPF015 (a reset inside the window
+undoes it). A *window* is the run of micro-steps whose gradients one optimizer step applies:
+
+- a loop that backwards on every iteration while every optimizer step in it sits under an
+  accumulation gate: a counter test (`if (i + 1) % accum == 0:`), a flag the loop updates
+  (`if need_update:`, `if not is_accumulating:`, `if engine.is_gradient_accumulation_boundary():`),
+  or a count the loop advances and compares (`if micro == accum_steps:`);
+- a micro-batch loop (`for i in range(0, batch, micro):`, `for chunk in x.split(n):`,
+  `for _ in range(accum_steps):`) that backwards on every iteration, with the step after it.
+
+A window is *owned* when a framework scales and gates it for the user: DeepSpeed engines
+(`engine.backward` divides by the accumulation count, `engine.step` acts at the boundary),
+Accelerate's `accumulate()` and an `Accelerator` built with an accumulation count (its
+`backward` divides by `gradient_accumulation_steps`; its optimizer skips `step`/`zero_grad`
+until the boundary). Lightning and HF `Trainer` code is left out altogether. Everything is
+computed once per file from the flow facts (memoised).
 """
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Tuple
 
-from .astutil import dotted
+from . import torchapi as api
+from . import values as V
+from .astutil import dotted, keyword, short
+from .events import Backward, Cond, FunctionFacts, LocalCall, Site
 
 _ACCUM_NAME = re.compile(r"accum|micro_?batch|microbatch|num_micro", re.IGNORECASE)
+# A flag that says "this micro-step ends the window" (or "we are still accumulating").
+_FLAG = re.compile(
+    r"accumulat|sync_grad|grad_sync|boundary|last_micro|end_of_accum"
+    r"|^(is|do|should|need|needs|take|time_to|ready_to|can|must)_(update|step|sync|optimi[sz]e)"
+    r"|^(update|step|sync)_(now|time|ready|due)$", re.IGNORECASE)
+# A counter compared with the accumulation count (`if micro_steps == accum:`).
+_COUNT = re.compile(r"accum|micro|count|since|pending|seen|n_?acc|num_?batch|nb_?batch",
+                    re.IGNORECASE)
+# What a micro-batch loop iterates: slices of one batch.
+_CHUNK_METHODS = frozenset({"chunk", "split", "tensor_split", "unbind"})
+_CHUNK_FUNCS = frozenset({"torch.chunk", "torch.split", "torch.tensor_split", "torch.unbind"})
+_CHUNK_NAME = re.compile(r"micro|chunk|sub_?batch", re.IGNORECASE)
+
+COUNTER = "counter"          # if (i + 1) % k == 0
+FLAG = "flag"                # if need_update: / if not is_accumulating:
+COUNT = "count"              # if micro == accum_steps:
+MICRO_LOOP = "micro-loop"    # for chunk in batch.split(micro): … backward …; step after
 
 
 def accumulation_loop(loop: ast.AST) -> bool:
@@ -23,3 +59,346 @@ def accumulation_loop(loop: ast.AST) -> bool:
         return False
     names = [dotted(n) for n in ast.walk(iterated.args[0]) if isinstance(n, (ast.Name, ast.Attribute))]
     return any(name and _ACCUM_NAME.search(name.rsplit(".", 1)[-1]) for name in names)
+
+
+@dataclass(frozen=True)
+class Gate:
+    kind: str
+    test: Optional[ast.expr]   # the `if` test; None for a micro-batch loop
+    line: int
+
+    def describe(self) -> str:
+        if self.kind == MICRO_LOOP:
+            return f"after the micro-batch loop at line {self.line}"
+        return f"only when `{short(self.test, 50)}` (line {self.line})"
+
+    @property
+    def count(self) -> Optional[str]:
+        """The accumulation count as the code writes it (`accum_steps`), when the gate names it."""
+        if self.test is None:
+            return None
+        for node in ast.walk(self.test):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+                return short(node.right, 40)
+        if self.kind == COUNT and isinstance(self.test, ast.Compare):
+            return short(self.test.comparators[0], 40)
+        return None
+
+
+@dataclass(frozen=True)
+class Window:
+    facts: FunctionFacts
+    loop: ast.AST                     # one iteration of it is one micro-step
+    steps: Tuple[Site, ...]           # the step(s) that end the window (or calls of helpers that step)
+    gate: Gate
+    backwards: Tuple[object, ...]     # Backward records, or LocalCalls of helpers that backward
+    owner: Optional[str]              # the framework that scales and gates it, if any
+    count: Optional[str]              # the accumulation count as written, if known
+
+    @property
+    def first_step(self) -> Site:
+        return min(self.steps, key=lambda s: s.line)
+
+    @property
+    def first_backward_line(self) -> int:
+        return min(_site(b).line for b in self.backwards)
+
+
+def windows(analysis) -> List[Window]:
+    """Every accumulation window of the file (see the module docstring), source order."""
+    memo = analysis.memo("accumulation")
+    if "windows" not in memo:
+        found: List[Window] = []
+        for facts in analysis.all_facts():
+            if analysis.framework_owned(facts.func):
+                continue
+            for loop in facts.loops:
+                window = _gated_window(analysis, facts, loop) or _micro_loop_window(
+                    analysis, facts, loop)
+                if window is not None:
+                    found.append(window)
+        memo["windows"] = found
+    return memo["windows"]
+
+
+def every_micro_step(analysis, window: Window, site: Site, unconditional: bool = False) -> bool:
+    """`site` runs on every micro-step of `window`: inside its loop, under no accumulation
+    gate, and under no test that may change from one iteration to the next; with
+    `unconditional`, under no test at all (a configuration switch such as
+    `if not args.accumulate:` may be what turns accumulation off)."""
+    if window.loop not in site.loops:
+        return False
+    conds = site.conds_inside(window.loop)
+    if unconditional:
+        return not conds
+    varying = _varying(window.facts, window.loop)
+    return all(_gate_kind(c, varying) is None and _invariant(c.test, varying) for c in conds)
+
+
+# ---------------------------------------------------------------------------- gated steps
+def _gated_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Window]:
+    steps = _step_sites(analysis, facts, loop)
+    if not steps:
+        return None
+    varying = _varying(facts, loop)
+    gates = []
+    for site in steps:
+        if site.loops[-1] is not loop:
+            return None          # a step in a nested loop: that loop is the one to judge
+        gate = next((Gate(kind, c.test, site.line) for c in site.conds_inside(loop)
+                     for kind in (_gate_kind(c, varying),) if kind is not None), None)
+        if gate is None:
+            return None          # some step runs every iteration: no accumulation here
+        gates.append(gate)
+    backwards = _every_iteration_backwards(analysis, facts, loop, varying)
+    if not backwards:
+        return None
+    first = min(range(len(steps)), key=lambda i: steps[i].line)
+    gate = gates[first]
+    return Window(facts, loop, tuple(steps), gate, tuple(backwards),
+                  _owner(analysis, facts, loop, backwards), gate.count)
+
+
+def _every_iteration_backwards(analysis, facts, loop, varying) -> List[object]:
+    """Backwards (direct, or calls of helpers that backward) of `loop`'s own body that run on
+    every iteration: unconditionally, or on both sides of an accumulation gate (`no_sync()`
+    for the accumulating micro-steps, a plain backward at the boundary)."""
+    plain, sides = [], {}
+    for record in _backward_records(analysis, facts, loop):
+        site = _site(record)
+        if site.loops[-1] is not loop:
+            continue
+        conds = site.conds_inside(loop)
+        gate_conds = [c for c in conds if _gate_kind(c, varying) is not None]
+        if any(not _invariant(c.test, varying) for c in conds if c not in gate_conds):
+            continue
+        if not gate_conds:
+            plain.append(record)
+        elif len(gate_conds) == 1:
+            sides.setdefault(id(gate_conds[0].test), {})[gate_conds[0].negated] = record
+    both = [r for pair in sides.values() if len(pair) == 2 for r in pair.values()]
+    return plain + both
+
+
+# ---------------------------------------------------------------------------- micro-batch loops
+def _micro_loop_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Window]:
+    count = _micro_batch_count(analysis, facts, loop)
+    if count is None or analysis.loop_does(facts, loop, "step"):
+        return None
+    varying = _varying(facts, loop)
+    backwards = [r for r in _backward_records(analysis, facts, loop)
+                 if _site(r).loops[-1] is loop
+                 and all(_invariant(c.test, varying) for c in _site(r).conds_inside(loop))]
+    if not backwards:
+        return None
+    outer = _site(backwards[0]).loops[:-1]
+    end = getattr(loop, "end_lineno", loop.lineno)
+    steps = [s for s in _all_step_sites(analysis, facts) if s.loops == outer and s.line > end]
+    if not steps:
+        return None
+    gate = Gate(MICRO_LOOP, None, loop.lineno)
+    return Window(facts, loop, tuple(steps), gate, tuple(backwards),
+                  _owner(analysis, facts, loop, backwards), count or None)
+
+
+def _micro_batch_count(analysis, facts, loop) -> Optional[str]:
+    """How many micro-batches `loop` runs, as written ("" when it is a micro-batch loop whose
+    count is not written down); None when it is not a micro-batch loop."""
+    iterated = getattr(loop, "iter", None)
+    if iterated is None:
+        return None
+    if accumulation_loop(loop):
+        return short(iterated.args[0], 30)
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name):
+        if iterated.func.id == "range" and len(iterated.args) == 3:
+            return ""        # `range(0, batch, micro)`: slices of one batch
+        if iterated.func.id in ("zip", "enumerate") and iterated.args:
+            iterated = iterated.args[0]
+    if isinstance(iterated, ast.Call):
+        return _chunk_count(analysis, iterated)
+    text = dotted(iterated)
+    if text and _CHUNK_NAME.search(text.rsplit(".", 1)[-1]):
+        return ""
+    return None
+
+
+def _chunk_count(analysis, call: ast.Call) -> Optional[str]:
+    """`x.chunk(4)` -> "4", `torch.chunk(x, k)` -> "k", `x.split(n)` -> "" (count not
+    written); None when the call does not slice a batch."""
+    func = call.func
+    qual = analysis.imports.qualname(func)
+    if qual in _CHUNK_FUNCS:
+        return short(call.args[1], 30) if qual == "torch.chunk" and len(call.args) > 1 else ""
+    if qual is None and isinstance(func, ast.Attribute) and func.attr in _CHUNK_METHODS:
+        return short(call.args[0], 30) if func.attr == "chunk" and call.args else ""
+    return None
+
+
+# ---------------------------------------------------------------------------- gates
+def _gate_kind(cond: Cond, varying: FrozenSet[str]) -> Optional[str]:
+    if cond.counter:
+        return COUNTER
+    if _is_flag(cond.test, varying):
+        return FLAG
+    if _is_count_reached(cond.test, varying):
+        return COUNT
+    return None
+
+
+def _is_flag(test: ast.expr, varying: FrozenSet[str]) -> bool:
+    """`need_update`, `not is_accumulating`, `is_last_micro or last_batch`, or a call such as
+    `engine.is_gradient_accumulation_boundary()`: a flag the loop updates (a name that is
+    rebound in it), never a configuration attribute that stays the same."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.BoolOp):
+        return any(_is_flag(v, varying) for v in test.values)
+    if isinstance(test, ast.Call):
+        name = test.func.attr if isinstance(test.func, ast.Attribute) else getattr(test.func, "id", "")
+        return bool(_FLAG.search(name))
+    text = dotted(test)
+    return bool(text) and text in varying and bool(_FLAG.search(text.rsplit(".", 1)[-1]))
+
+
+def _is_count_reached(test: ast.expr, varying: FrozenSet[str]) -> bool:
+    if isinstance(test, ast.BoolOp):
+        return any(_is_count_reached(v, varying) for v in test.values)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))):
+        return False
+    text = dotted(test.left)
+    return bool(text) and text in varying and bool(_COUNT.search(text.rsplit(".", 1)[-1]))
+
+
+def _invariant(test: ast.expr, varying: FrozenSet[str]) -> bool:
+    """The test cannot change between iterations (`if args.clip:`, `if scaler is not None:`)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call):
+            return False
+        if isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in varying:
+            return False
+    return True
+
+
+def _varying(facts: FunctionFacts, loop: ast.AST) -> FrozenSet[str]:
+    """Names and `a.b` texts that `loop` rebinds or updates, its own target included."""
+    targets = frozenset(dotted(n) for n in ast.walk(loop.target)
+                        if isinstance(n, (ast.Name, ast.Attribute))) if hasattr(loop, "target") \
+        else frozenset()
+    return facts.loop_rebinds.get(loop, frozenset()) | facts.loop_writes.get(
+        loop, frozenset()) | targets
+
+
+# ---------------------------------------------------------------------------- events
+def _step_sites(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Site]:
+    return list(analysis.loop_sites(facts, loop, "step"))
+
+
+def _all_step_sites(analysis, facts: FunctionFacts) -> List[Site]:
+    memo = analysis.memo("accumulation_steps")
+    if id(facts) not in memo:
+        memo[id(facts)] = [s.site for s in facts.steps] + [
+            c.site for c in facts.local_calls if analysis.function_does(c.callee, "step")]
+    return memo[id(facts)]
+
+
+def _backward_records(analysis, facts: FunctionFacts, loop: ast.AST) -> List[object]:
+    direct = list(analysis.in_loop(facts, "backwards", loop))
+    helpers = [c for c in analysis.in_loop(facts, "local_calls", loop)
+               if analysis.function_does(c.callee, "backward")]
+    return direct + helpers
+
+
+def _site(record) -> Site:
+    return record.site
+
+
+# ---------------------------------------------------------------------------- owners
+def _owner(analysis, facts: FunctionFacts, loop: ast.AST, backwards) -> Optional[str]:
+    if any(s.via == "engine" for s in analysis.in_loop(facts, "steps", loop)):
+        return "a DeepSpeed engine"
+    for record in backwards:
+        if record.site.accumulate:
+            return "Accelerate's `accumulate()`"
+        if isinstance(record, Backward):
+            if record.via == "engine":
+                return "a DeepSpeed engine"
+            if record.via == "accelerator" and _accelerator_accumulates(analysis, facts, record):
+                return "an Accelerator built with an accumulation count"
+    return None
+
+
+_ACCELERATOR_ACCUMULATION = ("gradient_accumulation_steps", "gradient_accumulation_plugin",
+                             "deepspeed_plugin")
+
+
+def _accelerator_accumulates(analysis, facts: FunctionFacts, backward: Backward) -> bool:
+    """`accelerator.backward(loss)` divides by the Accelerator's accumulation count: True
+    unless we can see the `Accelerator(...)` call and it sets no count (or literally 1)."""
+    from .optimizers import call_at
+    call = call_at(analysis, facts, backward.site.node)
+    receiver = call.receiver if call is not None else None
+    node = receiver.node if receiver is not None else None
+    if not isinstance(node, ast.Call) or any(kw.arg is None for kw in node.keywords):
+        return True
+    for name in _ACCELERATOR_ACCUMULATION:
+        value = keyword(node, name)
+        if value is not None and not (isinstance(value, ast.Constant) and value.value in (1, None)):
+            return True
+    return False
+
+
+def every_step_resets(analysis, window: Window) -> List[Site]:
+    """Gradient resets that run on every micro-step of `window` (directly or in a helper),
+    of the optimizer the window steps: each one undoes the accumulation (TPF015). When the
+    loop steps several optimizers, only a reset of one of those it gates counts."""
+    memo = analysis.memo("accumulation_resets")
+    key = (id(window.facts), id(window.loop), window.gate.line)
+    if key in memo:
+        return memo[key]
+    facts = window.facts
+    stepped = {_identity(analysis, facts, s) for s in window.steps}
+    others = {_identity(analysis, facts, s) for s in analysis.loop_sites(facts, window.loop, "step")}
+    found = []
+    for site in analysis.loop_sites(facts, window.loop, "reset"):
+        if _optimizer_construction(analysis, facts, site) or not every_micro_step(
+                analysis, window, site, unconditional=True):
+            continue
+        if len(others) > 1 and _identity(analysis, facts, site) not in stepped:
+            continue
+        found.append(site)
+    memo[key] = found
+    return found
+
+
+def _identity(analysis, facts: FunctionFacts, site: Site):
+    """Which optimizer a step or reset acts on: the node that built it, else its text."""
+    from .optimizers import call_at
+    call = call_at(analysis, facts, site.node)
+    if call is None or call.receiver is None:
+        return None
+    target = call.receiver
+    expr = call.node.func.value if isinstance(call.node.func, ast.Attribute) else None
+    if target.has(V.SCALER) and call.args:
+        target, expr = call.args[0], call.node.args[0] if call.node.args else None
+    if target.node is not None:
+        return id(target.node)
+    return dotted(expr) if expr is not None else None
+
+
+def _optimizer_construction(analysis, facts: FunctionFacts, site: Site) -> bool:
+    """Flow counts an optimizer built in a loop as a reset (fresh state): not a reset here."""
+    from .optimizers import call_at
+    call = call_at(analysis, facts, site.node)
+    return call is not None and call.qualname is not None and bool(
+        api.OPTIMIZER_RE.match(call.qualname) or api.OPTIMIZER_FACTORY_RE.match(call.qualname))
+
+
+def helper_backwards(analysis, call: LocalCall) -> List[Backward]:
+    """The backwards a helper called per micro-step runs itself (outside its own loops)."""
+    facts = analysis.facts_for(call.callee)
+    return [b for b in facts.backwards if not b.site.loops]
+
+
+__all__ = ["Gate", "Window", "windows", "every_micro_step", "every_step_resets",
+           "accumulation_loop", "helper_backwards", "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]

@@ -1,18 +1,36 @@
 """TPF004 unscaled-accumulation: gradient accumulation without dividing the loss.
 
 ## What it does
-Reports a loop that runs backward every iteration but steps the optimizer only under a
-counter condition (`if (i + 1) % accum == 0:`, `if step % k == 0:`), when the backwarded loss
-is never divided by (or multiplied by the reciprocal of) anything along its provenance: in
-the loop, where it was computed, or in the helper that returned it.
+Reports the backward of a gradient-accumulation window whose loss is never divided by (or
+multiplied by the reciprocal of) anything along its provenance: in the loop, where it was
+computed, or in the helper that returned it. A window is any of the shapes the shared
+analysis (`analysis/accumulation.py`) recognises:
+
+- a loop that backwards every iteration and steps only under a counter test
+  (`if (i + 1) % accum == 0:`), a flag it updates (`if need_update:`,
+  `if not is_accumulating:`) or a count it advances (`if micro == accum_steps:`);
+- a micro-batch loop (`for i in range(0, batch, micro):`, `for chunk in x.chunk(4):`,
+  `for _ in range(accum_steps):`) that backwards every iteration, with `optimizer.step()`
+  after it.
+
+What the summed gradients do depends on the optimizer, which the analysis traces to its
+construction: with SGD-style optimizers the step is k× too large; Adam-style optimizers are
+nearly scale-invariant, so the rule reports them only where the scale still matters: a
+gradient clip in the window (it sees k× the gradient, so it clips far more than intended) or
+an L2 `weight_decay` coupled to the gradient (k× weaker). An optimizer it cannot trace is
+reported with both effects spelled out.
 
 ## Why is this bad?
-Gradients of the accumulated micro-batches are summed. With a learning rate tuned for one
-(averaged) batch, k accumulated micro-batches act as a k× learning rate: training is
-unstable or diverges, and changing `accum` silently changes the optimisation.
+Gradients of the accumulated micro-batches are summed. With SGD and a learning rate tuned
+for one (averaged) batch, k micro-batches act as a k× learning rate: training is unstable or
+diverges, and changing `accum` silently changes the optimisation. With Adam the update
+itself barely changes, but `clip_grad_norm_(…, max_norm)` now compares the *sum* of k
+gradients with a threshold meant for one: it clips almost every step, and the logged norms
+are k× off.
 
 ## Example
 ```python
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 for i, (x, y) in enumerate(loader):
     loss = criterion(model(x), y)
     loss.backward()
@@ -23,6 +41,7 @@ for i, (x, y) in enumerate(loader):
 
 ## Use instead
 ```python
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 for i, (x, y) in enumerate(loader):
     loss = criterion(model(x), y) / accum_steps
     loss.backward()
@@ -35,21 +54,31 @@ for i, (x, y) in enumerate(loader):
 No autofix: the divisor is the accumulation count, which the code names in its own way.
 
 ## Known limits
-Quiet under `accelerator.accumulate(...)`, with `accelerator.backward` and DeepSpeed
-engines (they scale the loss), when the loss is divided by any expression (`loss / accum`,
-`loss * (1 / k)`, `loss /= n`, in a helper too), and when the analysis cannot see where the
-loss came from (a function from another package). A division anywhere else (a log line,
-`step // n`) does not count, and DDP's `no_sync()` does not scale the loss, so it does not
-silence the rule. Any division of the loss counts as scaling, even by the wrong number.
+Quiet where a framework scales the loss: DeepSpeed engines (`engine.backward` divides by the
+accumulation count; checked in DeepSpeed's `runtime/engine.py`, `_scale_loss_by_gas`),
+Accelerate's `accumulate()` and an `Accelerator(gradient_accumulation_steps=…)` (its
+`backward` divides by that count; Accelerate's gradient-accumulation guide), Lightning and HF
+`Trainer` code. An `Accelerator()` built without a count divides by 1, so a hand-written gate
+there is reported (an accumulation count given only on the `accelerate launch` command line
+is not seen). Quiet when the loss is divided by any expression (`loss / accum`,
+`loss * (1 / k)`, `loss /= n`, in a helper too), even by the wrong number, and when the
+analysis cannot see where the loss came from; also when the window resets gradients on every
+micro-step (TPF015 reports that: there is no accumulation left to scale), and for a traced
+Adam-style optimizer with no clip and no coupled L2 decay in the window. A division elsewhere
+(a log line, `step // n`) does not count, and DDP's `no_sync()` does not scale the loss. A
+backward inside `optimizer.step(closure)` and windows split across files are not seen.
 """
 from __future__ import annotations
 
-import ast
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from ..analysis import FileAnalysis
 from ..analysis import values as V
-from ..analysis.astutil import short
+from ..analysis.accumulation import Window, every_step_resets, helper_backwards, windows
+from ..analysis.epochs import argument_for
+from ..analysis.events import Backward, LocalCall
+from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls,
+                                   stepped_optimizer)
 from ..findings import ERROR, Finding
 from .base import Rule
 
@@ -60,56 +89,89 @@ class UnscaledAccumulation(Rule):
     severity = ERROR
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        for facts in analysis.all_facts():
-            if analysis.framework_owned(facts.func):
+        for window in windows(analysis):
+            if window.owner is not None or every_step_resets(analysis, window):
                 continue
-            for loop in facts.loops:
-                gated = self._gated_step(analysis, facts, loop)
-                if gated is None:
-                    continue
-                step, cond = gated
-                for backward in facts.backwards:
-                    site = backward.site
-                    if not site.loops or site.loops[-1] is not loop or site.conds_inside(loop):
-                        continue
-                    if backward.via in ("accelerator", "engine") or site.accumulate:
-                        continue
-                    value = backward.value
-                    if not (value.grad or value.has(V.LOSS)) or value.has(V.DIVIDED):
-                        continue
-                    yield self._report(site, backward, loop, step, cond)
+            effect = _effect(analysis, window)
+            if effect is None:
+                continue
+            for record, where in _undivided_backwards(analysis, window):
+                yield self._report(window, record, where, effect)
 
-    @staticmethod
-    def _gated_step(analysis, facts, loop):
-        """(step site, counter test) when every optimizer step in `loop` is counter-gated."""
-        steps = analysis.in_loop(facts, "steps", loop)
-        if not steps or any(s.via == "engine" for s in steps):
-            return None
-        for step in steps:
-            counters = [c for c in step.site.conds_inside(loop) if c.counter and not c.negated]
-            if not counters:
-                return None
-        first = min(steps, key=lambda s: s.site.line)
-        cond = [c for c in first.site.conds_inside(loop) if c.counter][0]
-        return first.site, cond.test
-
-    def _report(self, site, backward, loop, step, test) -> Finding:
-        origin = backward.value.origin
-        made = f"`{origin[1]}` line {origin[0]}" if origin else f"line {site.line}"
-        divisor = _divisor(test)
+    def _report(self, window: Window, record, where: str, effect: Tuple[str, str]) -> Finding:
+        what, why = effect
+        site = record.site
+        value = record.value if isinstance(record, Backward) else None
+        origin = value.origin if value is not None else None
+        made = f"`{origin[1]}` line {origin[0]}" if origin else where
+        count = f"`{window.count}`" if window.count else "the number of micro-batches per step"
         return self.finding(
             site,
-            "gradient accumulation sums unscaled losses: the learning rate is effectively "
-            f"multiplied by {f'`{divisor}`' if divisor else 'the number of accumulated steps'}",
-            f"backward at line {site.line} runs every iteration of the loop at line {loop.lineno} "
-            f"but the optimizer steps only when `{short(test, 50)}` (line {step.line}); the loss "
-            f"from {made} is never divided",
-            f"backward `loss / {divisor or 'accum_steps'}` (divide the loss by the number of "
-            f"accumulated steps)")
+            f"gradient accumulation sums unscaled losses: {what}",
+            f"backward at line {site.line} runs on every micro-step of the loop at line "
+            f"{window.loop.lineno}, the optimizer steps {window.gate.describe()}, and the loss "
+            f"from {made} is never divided; {why}",
+            f"divide the loss by {count} before its backward")
 
 
-def _divisor(test: ast.AST) -> Optional[str]:
-    for node in ast.walk(test):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-            return short(node.right, 30)
-    return None
+def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:
+    """(what the sum does, why) for the optimizer the window steps; None where it is harmless."""
+    kind = stepped_optimizer(analysis, window.facts, window.first_step)
+    clips = clip_calls(analysis, window.facts, window.loop)
+    clip = f"the clip at line {clips[0].site.line}" if clips else None
+    k = "k×" if not window.count else f"k× (k = `{window.count}`)"
+    if kind.family == SGD_LIKE:
+        return (f"each {kind.name} step is {k} too large",
+                f"{kind.shown} applies the summed gradient as it is: an effective learning "
+                f"rate × k")
+    if kind.family == SCALE_INVARIANT:
+        if clip:
+            return (f"{clip} sees {k} the gradient of one batch and clips far more than its "
+                    f"threshold intends", _adaptive(kind))
+        if kind.coupled_decay:
+            return (f"{kind.name}'s L2 `weight_decay` is {k} weaker against the summed "
+                    f"gradients", _adaptive(kind))
+        return None
+    seen = f"{clip} sees" if clip else "clipping and logged norms would see"
+    return (f"each step applies {k} the mean gradient",
+            f"the optimizer could not be traced to its construction: under SGD the step is k× "
+            f"too large; Adam-style optimizers are nearly scale-invariant, but {seen} k× the "
+            f"gradient")
+
+
+def _adaptive(kind: OptimizerKind) -> str:
+    return (f"{kind.shown} is otherwise nearly scale-invariant (the update itself barely "
+            f"changes)")
+
+
+def _undivided_backwards(analysis, window: Window) -> List[Tuple[object, str]]:
+    """(record, where the backwarded loss comes from) for each backward of the window whose
+    value may carry a loss and was never divided; helpers called per micro-step included."""
+    out = []
+    for record in window.backwards:
+        if isinstance(record, Backward):
+            if _undivided(record.value):
+                out.append((record, f"line {record.site.line}"))
+        elif isinstance(record, LocalCall):
+            for inner in helper_backwards(analysis, record):
+                if _undivided_through(window.facts, record, inner.value):
+                    out.append((record, f"the backward at line {inner.site.line} in "
+                                        f"`{record.callee.name}()`"))
+                    break
+    return out
+
+
+def _undivided(value: V.Value) -> bool:
+    return (value.grad or value.has(V.LOSS)) and not value.has(V.DIVIDED)
+
+
+def _undivided_through(facts, call: LocalCall, value: V.Value) -> bool:
+    """A helper's backwarded value, seen at one call: when it is a parameter of the helper
+    (`def backward_step(loss): loss.backward()`), what the caller passes decides."""
+    if not value.params:
+        return _undivided(value)
+    for index in value.params:
+        expr = argument_for(call.callee, call.node, index)
+        if expr is None or not _undivided(facts.value(expr)):
+            return False
+    return True

@@ -1,0 +1,94 @@
+"""TPF015 accumulation-undone: the step is gated for accumulation but gradients are reset every micro-step.
+
+## What it does
+Reports a gradient reset (`optimizer.zero_grad()`, `model.zero_grad()`, `p.grad = None`, a
+helper that does one of these) that runs on every micro-step of a gradient-accumulation
+window: the optimizer steps only at the window's end (under `if (i + 1) % k == 0:`, a flag
+such as `if not is_accumulating:`, a count such as `if micro == accum_steps:`, or after a
+micro-batch loop), but the reset sits outside that gate. The windows are the ones the shared
+analysis finds for TPF004 (`analysis/accumulation.py`).
+
+## Why is this bad?
+`backward()` adds into `.grad`; accumulation relies on nothing clearing it between the
+micro-steps. A reset on every micro-step throws the earlier micro-batches away: each step
+applies only the last micro-batch's gradients (a reset before the backward, or at the end of
+the iteration), or only zeros (a reset between the backward and the gated step). Training
+runs with a k× smaller effective batch, or does not train at all, and nothing fails.
+
+## Example
+```python
+for i, (x, y) in enumerate(loader):
+    optimizer.zero_grad()
+    loss = criterion(model(x), y) / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+```
+
+## Use instead
+```python
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+```
+
+## Fix safety
+No autofix: the reset has to move under the accumulation gate (after the step), and where
+the gate is depends on the code.
+
+## Known limits
+Quiet where the framework makes the reset harmless or owns the window: Accelerate's
+`accumulate()` (its prepared optimizer's `zero_grad()` does nothing until the boundary:
+`AcceleratedOptimizer.zero_grad` in accelerate's `optimizer.py` checks
+`gradient_state.sync_gradients`), an `Accelerator` built with an accumulation count,
+DeepSpeed engines, Lightning and HF `Trainer` code. A reset under any test that may change
+between iterations is taken as deliberate. When the loop steps several optimizers (GANs),
+only a reset of one whose step is gated counts. An accumulation gate written as an early
+`continue`, and windows split across files, are not seen.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..analysis import FileAnalysis
+from ..analysis.accumulation import Window, every_step_resets, windows
+from ..analysis.astutil import short
+from ..analysis.events import Site
+from ..findings import ERROR, Finding
+from .base import Rule
+
+
+class AccumulationUndone(Rule):
+    code = "TPF015"
+    name = "accumulation-undone"
+    severity = ERROR
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for window in windows(analysis):
+            if window.owner is not None:
+                continue
+            for reset in every_step_resets(analysis, window):
+                yield self._report(window, reset)
+
+    def _report(self, window: Window, reset: Site) -> Finding:
+        step = window.first_step
+        backward = window.first_backward_line
+        zeroed = backward < reset.line < step.line and window.gate.kind != "micro-loop" or (
+            window.gate.kind == "micro-loop" and reset.line > backward)
+        if zeroed:
+            effect = ("it runs after the backward and before the step, so the step applies "
+                      "zeroed gradients and nothing trains")
+        else:
+            effect = "each step therefore applies only the last micro-batch's gradients"
+        how = "which resets gradients, " if reset not in window.facts.resets else ""
+        return self.finding(
+            reset,
+            "gradients are reset on every micro-step of an accumulation window: the "
+            "accumulation is undone",
+            f"`{short(reset.node, 40)}` at line {reset.line} {how}runs on every iteration of "
+            f"the loop at line {window.loop.lineno}, while the optimizer steps "
+            f"{window.gate.describe()}; {effect}",
+            "move the reset under the accumulation gate, right after the optimizer step")
