@@ -276,6 +276,11 @@ def estimate_source(
         if configurator and facts.configurator is None and tree is not None:
             facts.notes.append("the script has no exec(open('configurator.py').read()); the .py config still applies")
             facts = _apply_configurator_anyway(tree, filename, configurator)
+        if "args_file" in facts.markers and not yaml_configs:
+            facts.notes.append(
+                f"line {facts.markers['args_file'][0]}: HfArgumentParser reads the run's arguments from the "
+                "command line or a JSON/YAML file; pass that file too (vram-estimate train.py args.json)"
+            )
         if read_files:
             apply_discovered(facts, filename, problems)
             for path in yaml_configs:

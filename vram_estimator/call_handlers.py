@@ -146,7 +146,7 @@ def _from_pretrained(reader: "_Reader", call: ast.Call, q: str) -> None:
         return
     line = call.lineno
     ident, how = reader.value_of(call, "pretrained_model_name_or_path", pos=0)
-    if isinstance(ident, str):
+    if isinstance(ident, str) and ident.strip():
         if owner == "PeftModel":
             pass  # the adapter's id; the base model is the first argument
         elif "Config" in owner:
@@ -162,11 +162,11 @@ def _from_pretrained(reader: "_Reader", call: ast.Call, q: str) -> None:
                 reader.put("model", key or "sd15-unet", line, 3, how)
         else:
             reader.model_ref(ident, line, how, prio=3)
-    elif isinstance(call.args[0] if call.args else None, ast.Name):
-        name = call.args[0].id
-        reader.facts.notes.append(
-            f"line {line}: the model is {owner}.from_pretrained({name}) and {name} is set at run time; "
-            "name it with --model or '# vram: model=...'"
+    elif call.args and isinstance(call.args[0], (ast.Name, ast.Attribute)):
+        name = ast.unparse(call.args[0])[:60]
+        reader.facts.runtime_model = reader.facts.runtime_model or (
+            f"line {line}: the model is {owner}.from_pretrained({name}), and {name} is only known at run "
+            "time; name it with --model or '# vram: model=...'"
         )
     if "Config" in owner:
         return
@@ -314,10 +314,7 @@ def _hf_argument_parser(reader: "_Reader", call: ast.Call, q: str) -> None:
             reader.mark("hf_args", call.lineno, f"HfArgumentParser({last})")
             reader.put("batch", 8, call.lineno, 1, f"{last} default per_device_train_batch_size=8", guessed=True)
             reader.put("optimizer", "adamw", call.lineno, 1, f"{last} default optim=adamw_torch", guessed=True)
-    reader.facts.notes.append(
-        f"line {call.lineno}: HfArgumentParser reads the run's arguments from the command line or a "
-        "JSON/YAML file; pass that file too (vram-estimate train.py args.json) to read them"
-    )
+    reader.mark("args_file", call.lineno, "HfArgumentParser")
 
 
 def _hf_trainer(reader: "_Reader", call: ast.Call, q: str) -> None:

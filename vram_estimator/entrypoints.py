@@ -366,9 +366,10 @@ def finish_model_shape(reader: "_Reader") -> None:
     }
     if values.get("bias") is False:
         config["bias"] = False
-    line = dims["n_layer"][1]
+    _value, line, how = dims["n_layer"]
     try:
         checked(config["n_layer"] * config["n_embd"] * config["n_embd"])
     except Unknown:
         return
-    reader.facts.model_config = Value(config, reader.src(line, "n_layer/n_head/n_embd globals, GPT-2 shape"), line)
+    where = how if how.endswith(f":{line}") else reader.src(line)  # a configurator override names its file
+    reader.facts.model_config = Value(config, f"{where} (n_layer/n_head/n_embd, GPT-2 shape)", line)

@@ -105,6 +105,11 @@ def verdict_finding(result: Result) -> Optional[VramFinding]:
     if deciding:
         sweep = deciding[0]
         fitting = sweep.last_fitting()
+        at_default = next((e for v, e in sweep.points if v == sweep.default), None)
+        if at_default is not None:  # the interval at that value, not one widened for the guess
+            evidence = f"{gib(at_default.lower)}–{gib(at_default.upper)} GiB at {sweep.key} {sweep.default}; " + (
+                evidence_text(est)
+            )
         what = (
             f"projected peak {gib(est.point)} GiB on {name} (usable {gib(est.usable)} GiB) depends on "
             f"{sweep.key}, which was not read ({sweep.key}={sweep.default} {_default_source(sweep, est)}): "
@@ -154,7 +159,8 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
         lines.append(
             "no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)"
         )
-        for note in result.facts.notes if result.facts else []:
+        facts = result.facts
+        for note in ([facts.runtime_model] if facts and facts.runtime_model else []) + (facts.notes if facts else []):
             lines.append(f"note: {note}")
         return "\n".join(lines)
     s = est.settings

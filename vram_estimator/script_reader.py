@@ -58,6 +58,7 @@ class ScriptFacts:
     # an exact model shape read from the script (nanoGPT globals): an HF-style config dict
     model_config: Optional[Value] = None
     configurator: Optional[int] = None  # line of exec(open('configurator.py').read())
+    runtime_model: Optional[str] = None  # from_pretrained(name) with name set at run time
     errors: List[str] = field(default_factory=list)
 
     def put(
