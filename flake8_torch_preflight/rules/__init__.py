@@ -15,6 +15,7 @@ from .tpf010_hot_loop_sync import HotLoopSync
 from .tpf011_unseeded_randomness import UnseededRandomness
 from .tpf012_optimizer_state_reset import OptimizerStateReset
 from .tpf013_input_pipeline_stall import InputPipelineStall
+from .tpf014_amp_scaler_protocol import AmpScalerProtocol
 from .tpf015_accumulation_undone import AccumulationUndone
 
 ALL_RULES = (
@@ -31,6 +32,7 @@ ALL_RULES = (
     UnseededRandomness,
     OptimizerStateReset,
     InputPipelineStall,
+    AmpScalerProtocol,
     AccumulationUndone,
 )
 

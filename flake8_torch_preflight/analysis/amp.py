@@ -1,0 +1,145 @@
+"""The AMP `GradScaler` protocol in a training loop: where it scales, unscales, clips, steps.
+
+`scaler.scale(loss).backward()` leaves every gradient multiplied by the loss scale (2**16 at
+the start). Until `scaler.unscale_(optimizer)` or `scaler.step(optimizer)` divides it out,
+anything that reads the gradients reads scaled values. TPF014 asks three questions of each
+loop that scales a loss: does a clip run before the unscale in the iteration, does an
+optimizer step bypass the scaler altogether, and (with the accumulation windows of
+`accumulation.py`) is `unscale_` called on every micro-step. The events come from the flow
+facts (`facts.calls`); helpers of the file are summarised once each (memoised).
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Tuple
+
+from . import values as V
+from .events import CallSite, FunctionFacts, Site, Step
+from .optimizers import is_clip
+
+SCALE, UNSCALE, SCALER_STEP, UPDATE, CLIP = "scale", "unscale_", "step", "update", "clip"
+_SCALER_METHODS = frozenset({SCALE, UNSCALE, SCALER_STEP, UPDATE})
+
+
+@dataclass(frozen=True)
+class Event:
+    what: str            # SCALE | UNSCALE | SCALER_STEP | UPDATE | CLIP
+    site: Site           # the call, or the call of the helper that does it
+    helper: Optional[str] = None   # the helper's name when it happens inside one
+    node: Optional[ast.AST] = None  # the clip / scale call itself (for messages)
+
+
+@dataclass(frozen=True)
+class ScaledLoop:
+    """A loop whose body scales a loss with an enabled (or possibly enabled) GradScaler."""
+
+    facts: FunctionFacts
+    loop: ast.AST
+    events: Tuple[Event, ...]          # scaler and clip events anywhere in its body
+    optimizer_steps: Tuple[Step, ...]  # `optimizer.step()` called directly in its body
+    opaque: bool                       # a call we cannot follow receives the scaler
+
+    def of(self, *what: str) -> List[Event]:
+        return [e for e in self.events if e.what in what]
+
+
+def scaled_loops(analysis) -> List[ScaledLoop]:
+    """Every loop (outside Lightning / HF Trainer code) that scales a loss; memoised."""
+    memo = analysis.memo("amp")
+    if "loops" not in memo:
+        found = []
+        for facts in analysis.all_facts():
+            if analysis.framework_owned(facts.func):
+                continue
+            for loop in facts.loops:
+                scaled = _scaled_loop(analysis, facts, loop)
+                if scaled is not None:
+                    found.append(scaled)
+        memo["loops"] = found
+    return memo["loops"]
+
+
+def exclusive(a: Site, b: Site) -> bool:
+    """`a` and `b` sit on opposite branches of one `if` (`if use_amp: … else: …`)."""
+    mine = {id(c.test): c.negated for c in a.conds}
+    return any(id(c.test) in mine and mine[id(c.test)] != c.negated for c in b.conds)
+
+
+def _scaled_loop(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[ScaledLoop]:
+    events: List[Event] = []
+    opaque = False
+    for call in analysis.in_loop(facts, "calls", loop):
+        what = _scaler_event(call)
+        if what is not None:
+            if what != SCALE or _enabled(call.receiver):
+                events.append(Event(what, call.site, node=call.node))
+        elif is_clip(call):
+            events.append(Event(CLIP, call.site, node=call.node))
+        elif _passes_scaler_away(analysis, call):
+            opaque = True
+    for local in analysis.in_loop(facts, "local_calls", loop):
+        for what, node in _helper_events(analysis, local.callee):
+            events.append(Event(what, local.site, helper=local.callee.name, node=node))
+    if not any(e.what == SCALE for e in events):
+        return None
+    steps = tuple(s for s in analysis.in_loop(facts, "steps", loop) if s.via == "optimizer")
+    events.sort(key=lambda e: (e.site.line, e.site.col))
+    return ScaledLoop(facts, loop, tuple(events), steps, opaque)
+
+
+def _scaler_event(call: CallSite) -> Optional[str]:
+    recv = call.receiver
+    if call.method in _SCALER_METHODS and recv is not None and recv.has(V.SCALER):
+        if call.method in (SCALE, UNSCALE, SCALER_STEP) and not call.args:
+            return None
+        return call.method
+    return None
+
+
+def _enabled(scaler: Optional[V.Value]) -> bool:
+    """False only for `GradScaler(enabled=False)` written literally (a no-op scaler)."""
+    node = scaler.node if scaler is not None else None
+    if not isinstance(node, ast.Call):
+        return True
+    for kw in node.keywords:
+        if kw.arg == "enabled":
+            return not (isinstance(kw.value, ast.Constant) and kw.value.value is False)
+    return True
+
+
+def _passes_scaler_away(analysis, call: CallSite) -> bool:
+    """A call we cannot follow (another package, an unknown object) that receives the scaler:
+    it may unscale or step for us."""
+    if call.qualname is not None and call.qualname.startswith("torch."):
+        return False
+    if call.receiver is not None and call.receiver.has(V.SCALER):
+        return False
+    return any(a.has(V.SCALER) for a in call.args)
+
+
+def _helper_events(analysis, func, depth: int = 0) -> FrozenSet[Tuple[str, Optional[ast.AST]]]:
+    """What a file-local helper does with the scaler or the gradients, in order-free form:
+    (event, node) pairs; a clip inside a helper that unscales first is no clip on scaled
+    gradients, so only clips not preceded by an unscale_ in the helper are kept."""
+    memo = analysis.memo("amp_helpers")
+    if func in memo:
+        return memo[func]
+    memo[func] = frozenset()   # recursion guard
+    facts = analysis.facts_for(func)
+    events = []
+    unscaled_at = None
+    for call in sorted(facts.calls, key=lambda c: (c.site.line, c.site.col)):
+        what = _scaler_event(call)
+        if what == UNSCALE and unscaled_at is None:
+            unscaled_at = call.site.line
+        if what is not None:
+            events.append((what, call.node))
+        elif is_clip(call) and (unscaled_at is None or call.site.line < unscaled_at):
+            events.append((CLIP, call.node))
+    if depth < 3:
+        for local in facts.local_calls:
+            events.extend(_helper_events(analysis, local.callee, depth + 1))
+    result = frozenset(events)
+    memo[func] = result
+    return result
