@@ -502,7 +502,8 @@ def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> byte
     out: List[str] = []
     for line in difflib.unified_diff(old_lines, new_lines, f"a/{name}", f"b/{name}"):
         if line.startswith(("---", "+++")):
-            out.append(line.rstrip("\n") + "\n")
+            # as git does: a name with a space ends with a tab, so `patch` reads all of it
+            out.append(line.rstrip("\n") + ("\t" if " " in name else "") + "\n")
         elif line.endswith(("\n", "\r")):
             out.append(line)
         else:

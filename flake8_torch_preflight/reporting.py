@@ -365,6 +365,11 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _github_path(path: str) -> str:
+    """`./src/a.py` -> `src/a.py`: annotations name files relative to the repository."""
+    return PurePath(os.path.normpath(path)).as_posix()
+
+
 def render_github(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
     """GitHub Actions workflow commands: one annotation per finding."""
     out = []
@@ -376,11 +381,11 @@ def render_github(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = (
             title += f" ({item.cell_place})"
             message = f"{item.cell_place}: {message}"
         out.append(f"::{_GITHUB_COMMAND.get(item.severity, 'warning')} "
-                   f"file={_escape_property(item.path.replace(os.sep, '/'))},line={item.line},"
+                   f"file={_escape_property(_github_path(item.path))},line={item.line},"
                    f"col={item.column},title={_escape_property(title)}::"
                    f"{_escape_data(message)}")
     for error in errors:
-        out.append(f"::error file={_escape_property(error['path'])},title=tpf::"
+        out.append(f"::error file={_escape_property(_github_path(error['path']))},title=tpf::"
                    f"{_escape_data(error['message'])}")
     return "\n".join(out) + ("\n" if out else "")
 

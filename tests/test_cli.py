@@ -62,14 +62,20 @@ def test_exit_codes_and_thresholds(project):
     assert "No findings" in result.stdout
 
 
-def test_notes_never_fail_by_default(tmp_path):
+def test_notes_are_opt_in_and_never_fail(tmp_path):
     source = (FIXTURES / "fixes" / "tpf013_pin_memory.py").read_text()
     (tmp_path / "loader.py").write_text(source)
-    result = run(["check", "--isolated", "--format", "json", "loader.py"], tmp_path)
-    levels = {f["severity"] for f in json.loads(result.stdout)["findings"]}
+    shown = run(["check", "--isolated", "--notes", "--format", "json", "loader.py"], tmp_path)
+    levels = {f["severity"] for f in json.loads(shown.stdout)["findings"]}
     if levels != {"note"}:
         pytest.skip(f"fixture has non-note findings now: {levels}")
-    assert result.returncode == 0
+    assert shown.returncode == 0
+    hidden = run(["check", "--isolated", "--format", "json", "loader.py"], tmp_path)
+    assert json.loads(hidden.stdout)["findings"] == [] and hidden.returncode == 0
+    (tmp_path / "setup.cfg").write_text("[flake8]\ntpf-notes = true\n")
+    configured = run(["check", "--format", "json", "loader.py"], tmp_path)
+    assert {f["severity"] for f in json.loads(configured.stdout)["findings"]} == {"note"}
+    # --fail-on note asks for notes, so it shows them
     assert run(["check", "--isolated", "--fail-on", "note", "loader.py"], tmp_path).returncode == 1
 
 

@@ -82,3 +82,68 @@ def test_syntax_error_file_does_not_crash(project):
     (project / "broken.py").write_text("import torch\nfor x in loader\n    pass\n")
     proc = flake8("--isolated", "--select", "TPF,E999", "broken.py", cwd=project)
     assert "E999" in proc.stdout
+
+
+# ---------------------------------------------------------------------------- notes are opt-in
+
+# A correct script whose only finding is a note (TPF011: nothing is seeded).
+NOTED = textwrap.dedent(
+    """\
+    import torch
+    import torch.nn as nn
+
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    """
+)
+
+
+@pytest.fixture
+def noted(tmp_path):
+    (tmp_path / "script.py").write_text(NOTED)
+    (tmp_path / "train.py").write_text(LEAKY)
+    return tmp_path
+
+
+def test_notes_are_hidden_by_default(noted):
+    out = flake8("--isolated", "--select", "TPF", ".", cwd=noted).stdout
+    assert "TPF001 [warning]" in out
+    assert "[note]" not in out
+
+
+def test_notes_come_back_with_the_option(noted):
+    out = flake8("--isolated", "--select", "TPF", "--tpf-notes", ".", cwd=noted).stdout
+    assert "script.py:9:1: TPF011 [note]" in out and "TPF001 [warning]" in out
+
+
+def test_notes_come_back_with_the_config_key(noted):
+    (noted / "setup.cfg").write_text("[flake8]\nselect = TPF\ntpf-notes = true\n")
+    assert "TPF011 [note]" in flake8(".", cwd=noted).stdout
+    (noted / "setup.cfg").write_text("[flake8]\nselect = TPF\ntpf-notes = false\n")
+    assert "[note]" not in flake8(".", cwd=noted).stdout
+
+
+def test_notes_with_parallel_jobs(noted):
+    for i in range(3):
+        (noted / f"copy{i}.py").write_text(NOTED)
+    out = flake8("--isolated", "--select", "TPF", "--tpf-notes", "-j", "2", ".", cwd=noted).stdout
+    assert out.count("TPF011 [note]") == 4
+
+
+def test_tpf_check_notes_switch_is_the_same(noted):
+    def tpf(*args):
+        return subprocess.run([sys.executable, "-m", "flake8_torch_preflight", "check", *args, "."],
+                              cwd=noted, capture_output=True, text=True, timeout=120).stdout
+
+    assert "[note]" not in tpf("--isolated")
+    assert "script.py:9:1: TPF011 [note]" in tpf("--isolated", "--notes")
+    (noted / "setup.cfg").write_text("[flake8]\ntpf-notes = true\n")
+    assert "TPF011 [note]" in tpf()

@@ -130,3 +130,31 @@ def test_json_schema_of_tpf_check():
 def test_message_parts_from_flake8_text(text, parts):
     item = reporting.Item.from_text("x.py", 1, 1, "TPF001", "[error] " + text)
     assert (item.what, item.evidence, item.fix) == parts and item.severity == "error"
+
+
+@pytest.mark.parametrize("folder", ["exp #1", "50% done", "a b", "ünï"])
+def test_sarif_uris_round_trip(tmp_path, monkeypatch, folder):
+    from urllib.parse import unquote, urljoin, urlparse
+    from urllib.request import url2pathname
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / folder).mkdir()
+    path = tmp_path / folder / "train.py"
+    path.write_text("x = 1\n")
+    item = reporting.Item.from_finding(str(Path(folder) / "train.py"),
+                                       Finding(1, 0, "TPF001", "warning", "w", "e", "f"))
+    log = reporting.sarif_log([item])
+    _validate(log)
+    run = log["runs"][0]
+    uri = run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert "#" not in uri and " " not in uri
+    assert unquote(uri) == f"{folder}/train.py"
+    base = run["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+    absolute = urljoin(base, uri)
+    assert Path(url2pathname(urlparse(absolute).path)) == path
+    outside = reporting.Item.from_finding(str(tmp_path.parent / "x #2.py"),
+                                          Finding(1, 0, "TPF001", "warning", "w", "e", "f"))
+    far = reporting.sarif_log([outside])["runs"][0]["results"][0]["locations"][0]
+    far_uri = far["physicalLocation"]["artifactLocation"]["uri"]
+    assert far_uri.startswith("file://") and url2pathname(urlparse(far_uri).path) \
+        == str(tmp_path.parent / "x #2.py")
