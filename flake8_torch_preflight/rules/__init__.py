@@ -17,6 +17,7 @@ from .tpf012_optimizer_state_reset import OptimizerStateReset
 from .tpf013_input_pipeline_stall import InputPipelineStall
 from .tpf014_amp_scaler_protocol import AmpScalerProtocol
 from .tpf015_accumulation_undone import AccumulationUndone
+from .tpf016_call_without_parentheses import CallWithoutParentheses
 
 ALL_RULES = (
     RetainedGraph,
@@ -34,6 +35,7 @@ ALL_RULES = (
     InputPipelineStall,
     AmpScalerProtocol,
     AccumulationUndone,
+    CallWithoutParentheses,
 )
 
 __all__ = ["ALL_RULES", "Rule"]
