@@ -98,3 +98,107 @@ def test_nothing_fits(capsys):
     rc = main(["--model", "llama-3.1-405b", "--gpu", "t4", "--batch", "1", "--seq", "512"])
     out = capsys.readouterr().out
     assert rc == 2 and "nothing here fits this card" in out
+
+
+# --------------------------------------------------------------------------- bad input (issues 10 and 11)
+
+import pytest  # noqa: E402
+
+BIG = "9" * 400
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--batch", "-3"], "--batch"),
+        (["--batch", "0"], "--batch"),
+        (["--batch", BIG], "too large"),
+        (["--seq", "2k5"], "--seq"),
+        (["--params", BIG], "--params"),
+        (["--precision", "fp12"], "fp12"),
+        (["--optimizer", "adamw9"], "adamw9"),
+        (["--gpu", BIG], "--gpu"),
+        (["--gpu", "2x" * 300 + "a100"], "--gpu"),
+        (["--gpu", "0xa100-80gb"], "count"),
+        (["--gpu", "a100-90gb"], "a100-80gb"),  # with a suggestion
+        (["--model", "gpt5-ultra"], "unknown model"),
+        (["--world", "abc"], "--world"),
+        (["--no-such-flag"], "unrecognized"),
+    ],
+)
+def test_bad_flags_are_one_error_line_exit_3_and_no_report(capsys, flags, needle):
+    rc = main(["--model", "llama-3-8b", *flags] if "--model" not in flags else flags)
+    out, err = capsys.readouterr()
+    assert rc == 3 and out == ""
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and needle in errors[0] and "Traceback" not in err
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+def test_bom_file_is_read_not_dropped(tmp_path, capsys):
+    src = "\ufeff# vram: gpu=t4\nfrom transformers import AutoModelForCausalLM\n" \
+          "m = AutoModelForCausalLM.from_pretrained('gpt2')\nbatch_size = 512\nloss.backward()\n"
+    p = write(tmp_path, "bom.py", src.encode("utf-8"))
+    assert main([p, "--format", "json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"]["batch"]["value"] == 512 and doc["verdict"] == "oom"
+
+
+def test_coding_cookie_file_is_read(tmp_path, capsys):
+    src = "# -*- coding: latin-1 -*-\n# vram: gpu=h100 model=gpt2 batch=2 seq=128\n# caf\u00e9\nloss.backward()\n"
+    p = write(tmp_path, "latin.py", src.encode("latin-1"))
+    assert main([p]) == 0 and "FITS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "name, data, needle",
+    [
+        ("notutf8.py", b"# vram: gpu=t4 model=gpt2\n# caf\xe9\n", "not valid utf-8"),
+        ("badcookie.py", b"# -*- coding: klingon -*-\nx = 1\n", "cannot decode"),
+        ("syntax.py", b"# vram: gpu=t4 model=gpt2\ndef f(:\n", "syntax.py:2:7: syntax error"),
+        ("deep.py", b"# vram: gpu=t4 model=gpt2\nx = " + b"+".join([b"1"] * 10000) + b"\n", "nested too deeply"),
+        ("chain.py", b"x = a" + b".b()" * 5000 + b"\n", "nested too deeply"),
+        ("elifs.py", b"if a:\n    x = 1\n" + b"".join(b"elif a == %d:\n    x = 1\n" % i for i in range(5000)),
+         "nested too deeply"),
+        ("nul.py", b"x = 1\x00\n", "nul.py"),
+    ],
+)
+def test_unreadable_scripts_are_one_line_exit_5(tmp_path, capsys, name, data, needle):
+    p = write(tmp_path, name, data)
+    assert main([p]) == 5
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and needle.lower() in err.lower()
+    assert "Traceback" not in err
+
+
+def test_a_folder_is_unreadable_input(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 5
+    assert "it is a folder" in capsys.readouterr().err
+
+
+def test_hostile_constant_folding_files_finish(tmp_path, capsys):
+    # each of these hung or exhausted memory before the folding bounds; now they are plain files
+    for body in ("x = 10 ** 64\n" + "x = x ** 64\n" * 4, "s = 'ab'\n" + "s = s + s\n" * 31,
+                 "s = 'a' * 10 ** 9\n", "f = " + "lambda: " * 1000 + "1\n"):
+        p = write(tmp_path, "h.py", ("# vram: gpu=a100-80gb model=gpt2\n" + body).encode())
+        assert main([p]) == 0
+    capsys.readouterr()
+
+
+def test_huge_comment_number_is_tpf102(tmp_path, capsys):
+    p = write(tmp_path, "c.py", ("# vram: gpu=t4 model=gpt2 batch=" + BIG + "\n").encode())
+    assert main([p]) == 3
+    out = capsys.readouterr().out
+    assert "too large" in out and "OverflowError" not in out and "verdict" not in out
+
+
+def test_exit_codes_are_documented():
+    from vram_estimator import cli
+
+    for words in ("0 fits", "1 tight", "2 oom", "3 bad input", "4 no model", "5 unreadable"):
+        assert words in cli._parser().epilog

@@ -190,3 +190,89 @@ def test_through_flake8_with_config_option(tmp_path):
         env=env,
     )
     assert proc.stdout.strip() == ""
+
+
+# --------------------------------------------------------------------------- issue 11: options, tree, records
+
+
+def _flake8(tmp_path, cfg, args, files):
+    import importlib.metadata as md
+
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    installed = any(e.name == "TPF1" for e in md.entry_points(group="flake8.extension"))
+    local = "" if installed else (
+        f"[flake8:local-plugins]\nextension =\n    TPF1 = vram_estimator.flake8_plugin:VramChecker\npaths = {root}\n"
+    )
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    (tmp_path / "setup.cfg").write_text("[flake8]\nselect = TPF1\n" + cfg + local)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", "flake8", "--config", "setup.cfg", *args, *files],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )
+
+
+@pytest.mark.parametrize("where", ["setup.cfg", "command line"])
+def test_bad_vram_gpu_is_an_option_error_flake8_users_see(tmp_path, where):
+    cfg = "vram-gpu = a100-90gb\n" if where == "setup.cfg" else ""
+    args = ["--vram-gpu", "a100-90gb"] if where == "command line" else []
+    proc = _flake8(tmp_path, cfg, args, {"train.py": "# vram: model=llama-3-8b batch=4 seq=2048\nloss.backward()\n"})
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "vram-gpu = a100-90gb" in text and "did you mean a100-80gb" in text
+    assert "Traceback" not in text
+
+
+def test_bad_vram_gpu_passed_to_the_records_api_is_one_tpf102_on_line_1():
+    from vram_estimator.flake8_plugin import vram_findings
+
+    found = vram_findings(ast.parse("x = 1\n"), ["x = 1\n"], "t.py", gpu="0xa100-80gb")
+    assert [(f.line, f.col, f.code) for f in found] == [(1, 0, "TPF102")]
+    assert "count" in found[0].what and found[0].fix
+
+
+def test_vram_findings_records_and_checker_messages_agree():
+    from vram_estimator.flake8_plugin import vram_findings
+
+    src = "import torch\n\n# vram: gpu=a100-80gb model=llama-3-8b batch=4 seq=2048 precision=bf16-mixed\nloss.backward()\n"
+    (rec,) = vram_findings(ast.parse(src), src.splitlines(True), "t.py")
+    assert (rec.line, rec.col, rec.code, rec.severity) == (3, 0, "TPF100", "error")
+    assert rec.what.startswith("projected peak") and "GiB" in rec.evidence and rec.fix
+    assert not rec.fix.startswith("(") and not rec.what.endswith(")")
+    assert run(src)[0][2] == rec.message() == f"TPF100 [error] {rec.what} ({rec.evidence}); fix: {rec.fix}"
+    bad = "# vram: gpu=t4 model=gpt2 batch=four\n"
+    (err,) = vram_findings(ast.parse(bad), [bad], "t.py")
+    assert err.code == "TPF102" and err.evidence == "" and " ()" not in err.message()
+
+
+def test_huge_comment_batch_is_a_clear_tpf102():
+    found = run("# vram: gpu=t4 model=gpt2 batch=" + "9" * 400 + "\n")
+    assert codes(found) == ["TPF102"] and "too large" in found[0][2] and "OverflowError" not in found[0][2]
+
+
+def test_no_verdict_on_a_value_the_user_got_wrong():
+    found = run("# vram: gpu=t4 model=llama-3-8b batch=4 seq=2048 precision=fp12\n")
+    assert codes(found) == ["TPF102"]  # not also a TPF100 built on the default precision
+
+
+def test_plugin_never_writes_to_flake8s_tree():
+    src, _ = open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "vram", "lightning_bert.py")).read(), None
+    tree = ast.parse(src)
+    before = [sorted(vars(n)) for n in ast.walk(tree)]
+    VramChecker.vram_gpu = "a100-80gb"
+    try:
+        list(VramChecker(tree, src.splitlines(True), "lightning_bert.py").run())
+    finally:
+        VramChecker.vram_gpu = None
+    assert [sorted(vars(n)) for n in ast.walk(tree)] == before
+
+
+def test_files_without_vram_and_without_a_target_cost_one_scan(monkeypatch):
+    import vram_estimator.api as api
+
+    def boom(*a, **k):  # pragma: no cover - must not be reached
+        raise AssertionError("estimated a file that has nothing to estimate")
+
+    monkeypatch.setattr(api, "estimate_source", boom)
+    assert run("import torch\nx = torch.zeros(3)\n") == []

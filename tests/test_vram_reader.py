@@ -137,3 +137,130 @@ def test_no_grad_script_is_inference():
 def test_garbage_never_raises(src):
     facts = read_source(src, "g.py")
     assert isinstance(facts.values, dict)
+
+
+# --------------------------------------------------------------------------- hostile input (issue 11)
+# Bounds are asserted through the folder's limits and step budget, never by timing.
+
+import ast  # noqa: E402
+
+from vram_estimator import folding  # noqa: E402
+from vram_estimator.folding import Folder, Unknown  # noqa: E402
+from vram_estimator.script_reader import read_script  # noqa: E402
+
+
+def _fold_module(src):
+    """Fold every module assignment in order (as the reader does) and return the bindings."""
+    env = {}
+
+    def lookup(node, _ev):
+        return (env[node.id], "") if isinstance(node, ast.Name) and node.id in env else None
+
+    folder = Folder(lookup)
+    for stmt in ast.parse(src).body:
+        value, _ = folder.try_value(stmt.value)
+        if value is None:
+            env.pop(stmt.targets[0].id, None)
+        else:
+            env[stmt.targets[0].id] = value
+    return env, folder
+
+
+def test_power_tower_is_refused_before_it_is_built():
+    env, folder = _fold_module("x = 10 ** 64\n" + "x = x ** 64\n" * 4)
+    assert "x" not in env  # 10**64 is already beyond MAX_INT, and nothing bigger is computed
+    assert folder.steps_left > folding.STEPS_PER_FILE - 100
+    env, _ = _fold_module("x = 2 ** 62\ny = x * 4\nz = 3 ** 39\nw = 3 ** 40\n")
+    assert env == {"x": 2**62, "z": 3**39}
+
+
+def test_string_doubling_stops_at_the_length_bound():
+    env, _ = _fold_module("s = 'ab'\n" + "s = s + s\n" * 31)
+    assert "s" not in env
+    env, _ = _fold_module("s = 'ab'\n" + "s = s + s\n" * 10)
+    assert len(env["s"]) == 2048 <= folding.MAX_STR
+    env, _ = _fold_module("s = 'a' * 10 ** 9\nl = [0] * 10 ** 9\nt = 'ab' * 3\n")
+    assert env == {"t": "ababab"} or "s" not in env and "l" not in env
+
+
+def _deep_binop(n):
+    node = ast.Constant(1)
+    for _ in range(n):
+        node = ast.BinOp(left=node, op=ast.Add(), right=ast.Constant(1))
+    return node
+
+
+def test_deep_expressions_are_unknown_not_a_recursion_error():
+    folder = Folder(lambda node, ev: None)
+    with pytest.raises(Unknown):
+        folder.value(_deep_binop(10_000))  # deeper than Python's parser would even accept
+    assert folder.value(_deep_binop(30))[0] == 31
+
+
+def test_step_budget_is_shared_by_a_whole_file():
+    folder = Folder(lambda node, ev: None, steps=100)
+    wide = ast.List(elts=[ast.Constant(i) for i in range(60)], ctx=ast.Load())
+    assert folder.try_value(wide)[0] == list(range(60))
+    assert folder.try_value(wide) == (None, "")  # the second one runs out of steps
+
+
+def _module(stmts):
+    tree = ast.Module(body=stmts, type_ignores=[])
+    for node in ast.walk(tree):  # iterative; ast.fix_missing_locations recurses
+        if "lineno" in node._attributes:
+            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, 0
+    return tree
+
+
+def test_reader_walks_deep_trees_iteratively():
+    # a 20,000-long attribute chain, 5,000 nested elifs and a 10,000-term sum, built directly
+    chain = ast.Name("a", ast.Load())
+    for _ in range(20_000):
+        chain = ast.Attribute(value=chain, attr="b", ctx=ast.Load())
+    call = ast.Call(func=chain, args=[], keywords=[])
+    nested = ast.If(test=ast.Name("c", ast.Load()), body=[ast.Pass()], orelse=[])
+    inner = nested
+    for i in range(5_000):
+        branch = ast.If(test=ast.Name("c", ast.Load()), body=[
+            ast.Assign(targets=[ast.Name("batch_size", ast.Store())], value=ast.Constant(i + 1))], orelse=[])
+        inner.orelse = [branch]
+        inner = branch
+    big_sum = ast.Assign(targets=[ast.Name("seq_len", ast.Store())], value=_deep_binop(10_000))
+    tree = _module([ast.Expr(call), nested, big_sum])
+    facts = read_script(tree, "deep.py")
+    assert facts.notes == []  # read to the end, no "could not be read" fallback
+    assert facts.values["batch"].value == 1  # the first branch's constant; the rest do not outrank it
+    assert "seq" not in facts.values
+
+
+def test_nested_lambdas_and_deep_parentheses():
+    src = "f = " + "lambda: " * 2000 + "1\nx = " + "(" * 150 + "1" + ")" * 150 + "\nbatch_size = x\n"
+    facts = read_source(src, "l.py")
+    assert facts.values["batch"].value == 1
+
+
+def test_the_reader_never_writes_to_the_tree():
+    src, path = load("lightning_bert.py")
+    tree = ast.parse(src)
+    before = [sorted(vars(n)) for n in ast.walk(tree)]
+    read_script(tree, path)
+    assert [sorted(vars(n)) for n in ast.walk(tree)] == before
+
+
+def test_huge_literals_set_nothing():
+    facts = read_source("batch_size = " + "9" * 400 + "\nmax_seq_length = 10 ** 30\nlora_r = -4\n", "h.py")
+    assert facts.values == {}
+
+
+def test_bom_and_coding_cookie_are_read_like_python():
+    from vram_estimator.inputs import decode_python
+
+    text = decode_python("\ufeffbatch_size = 512\n".encode("utf-8"), "b.py")
+    assert read_source(text, "b.py").values["batch"].value == 512
+    latin = decode_python("# -*- coding: latin-1 -*-\n# café\nbatch_size = 3\n".encode("latin-1"), "l.py")
+    assert "café" in latin and read_source(latin, "l.py").values["batch"].value == 3
+
+
+def test_syntax_error_is_reported_as_such():
+    facts = read_source("x = 1\ndef f(:\n", "s.py")
+    assert facts.errors and "s.py:2" in facts.errors[0] and "syntax error" in facts.errors[0]

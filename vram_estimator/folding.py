@@ -85,8 +85,9 @@ def _arith(op: ast.operator, a: Any, b: Any) -> Any:
         if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)) and b == 0:
             raise Unknown()
         if isinstance(op, ast.Pow):
-            # |a ** b| < 2 ** 63 needs bits(a) * b < 63; negative/fractional powers stay small
-            if b > 0 and _bits(a) * b > 64:
+            # log2|a ** b| >= (bits(a) - 1) * b: refuse what is surely past the bound before
+            # building it; what passes is at most ~128 bits, then checked like any result
+            if b > 0 and (_bits(a) - 1) * b > 64:
                 raise Unknown()
             if b < 0 and a == 0:
                 raise Unknown()
@@ -96,7 +97,10 @@ def _arith(op: ast.operator, a: Any, b: Any) -> Any:
         fn = _ARITH.get(type(op))
         if fn is None:
             raise Unknown()
-        return checked(fn(a, b))
+        try:
+            return checked(fn(a, b))
+        except (OverflowError, ZeroDivisionError):
+            raise Unknown()
     if isinstance(op, ast.Add) and isinstance(a, str) and isinstance(b, str):
         if len(a) + len(b) > MAX_STR:
             raise Unknown()

@@ -56,7 +56,10 @@ def decode_python(data: bytes, name: str) -> str:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
-        raise InputError(f"{name}: cannot decode: {exc.msg if hasattr(exc, 'msg') else exc}")
+        why = str(getattr(exc, "msg", exc))
+        if "invalid or missing encoding declaration" in why:
+            raise InputError(f"{name}: not valid UTF-8, and no coding cookie names another encoding")
+        raise InputError(f"{name}: cannot decode: {why[:120]}")
     try:
         return data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
