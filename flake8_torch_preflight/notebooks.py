@@ -41,7 +41,8 @@ PYTHON_BODY_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug
                                      "px", "autopx", "tensorboard_time"})
 # `files = !ls`, `out = %sx ls`: an assignment whose value is shell or a magic.
 _ASSIGNED_MAGIC = re.compile(r"^[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*(?=[!%])")
-_HELP = re.compile(r"^(\?\??[\w.]+|[\w.\[\]()'\"]+\?\??)\s*$")
+# `obj?`, `?obj`, `obj??`, and the wildcard search `torch.*Tensor?`
+_HELP = re.compile(r"^(\?\??[\w.*]+|[\w.*\[\]()'\"]+\?\??)\s*$")
 
 
 class NotebookProblem(Exception):

@@ -60,6 +60,7 @@ def notebook(tmp_path):
     ("model?\n", "_#del?\n"),
     ("?torch.nn\n", "_#orch.nn\n"),
     ("torch.nn.Linear??\n", "_#rch.nn.Linear??\n"),
+    ("torch.*Tensor?\n", "_#rch.*Tensor?\n"),
     ("%\n", "_\n"),
 ])
 def test_magic_lines_become_same_length_python(line, expected):
