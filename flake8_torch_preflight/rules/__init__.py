@@ -18,6 +18,7 @@ from .tpf013_input_pipeline_stall import InputPipelineStall
 from .tpf014_amp_scaler_protocol import AmpScalerProtocol
 from .tpf015_accumulation_undone import AccumulationUndone
 from .tpf016_call_without_parentheses import CallWithoutParentheses
+from .tpf017_optimizer_before_sharding import OptimizerBeforeSharding
 
 ALL_RULES = (
     RetainedGraph,
@@ -36,6 +37,7 @@ ALL_RULES = (
     AmpScalerProtocol,
     AccumulationUndone,
     CallWithoutParentheses,
+    OptimizerBeforeSharding,
 )
 
 __all__ = ["ALL_RULES", "Rule"]

@@ -1,0 +1,218 @@
+"""Optimizers built before the model they train is sharded (TPF017).
+
+A sharding wrapper that re-creates parameters leaves an optimizer built earlier holding the
+old tensors: FSDP1 (`FullyShardedDataParallel`) flattens them into `FlatParameter`s unless
+`use_orig_params=True`, FSDP2 (`fully_shard`) replaces them with DTensor parameters. Both
+facts come from PyTorch's docs (see the rule). Within one function (order is only known
+there), this module pairs each optimizer construction with the parameters it was given
+(`model.parameters()`, param groups, a name bound to them, or a file-local helper that
+returns an optimizer for a model it is passed) and with a later wrap of that model (directly
+or through a file-local helper that wraps its argument). Memoised per file.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set, Tuple
+
+from . import torchapi as api
+from . import values as V
+from .astutil import dotted, keyword
+from .distributed import scope_of
+from .events import CallSite, FunctionFacts, Site
+
+FSDP1 = "FullyShardedDataParallel"
+FSDP2 = "fully_shard"
+# qualified name -> (family, keyword that keeps the original parameters, or None)
+SHARDING_WRAPPERS: Dict[str, Tuple[str, Optional[str]]] = {
+    **{q: (FSDP1, "use_orig_params") for q in (
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+        "torch.distributed.fsdp.FSDP")},
+    **{q: (FSDP2, None) for q in (
+        "torch.distributed.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard.fully_shard")},
+}
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+
+@dataclass(frozen=True)
+class Wrap:
+    site: Site
+    family: str             # FSDP1 | FSDP2
+    wrapped: str            # the module as written (`model`, `self.model`)
+    helper: Optional[str]   # the file-local helper that does it, if any
+
+
+@dataclass(frozen=True)
+class EarlyOptimizer:
+    facts: FunctionFacts
+    optimizer: CallSite     # the construction (or the helper call that returns one)
+    model: str              # whose parameters it was given
+    wrap: Wrap
+
+
+def early_optimizers(analysis) -> List[EarlyOptimizer]:
+    memo = analysis.memo("sharding_order")
+    if "all" not in memo:
+        found = []
+        for facts in analysis.all_facts():
+            wraps = _wraps(analysis, facts)
+            if not wraps:
+                continue
+            constructions = _optimizer_constructions(analysis, facts)
+            for call, models in constructions:
+                wrap = _later_wrap(call, models, wraps)
+                if wrap is None or _rebuilt_after(constructions, wrap):
+                    continue
+                found.append(EarlyOptimizer(facts, call, _root_of(models, wrap), wrap))
+        memo["all"] = found
+    return memo["all"]
+
+
+# ---------------------------------------------------------------------------- optimizers
+def _optimizer_constructions(analysis, facts) -> List[Tuple[CallSite, Set[str]]]:
+    """(call, modules whose parameters it takes) for each optimizer built in `facts`."""
+    scope = None
+    out = []
+    for call in facts.calls:
+        models: Set[str] = set()
+        if call.qualname and api.OPTIMIZER_RE.match(call.qualname):
+            scope = scope or scope_of(analysis, facts)
+            for arg in _param_arguments(call.node):
+                models |= _parameter_owners(arg, scope.producers)
+        elif call.result.has(V.OPTIMIZER) and _local_callee(analysis, facts, call) is not None:
+            models = {t for t, v in zip(_arg_texts(call.node), call.args)
+                      if t and v.has(V.MODULE)}
+        if models:
+            out.append((call, models))
+    return out
+
+
+def _param_arguments(node: ast.Call) -> List[ast.expr]:
+    args = list(node.args[:1])
+    params = keyword(node, "params")
+    if params is not None:
+        args.append(params)
+    return args
+
+
+def _parameter_owners(expr: ast.expr, producers, depth: int = 0) -> Set[str]:
+    """`model` for `model.parameters()`, `[{"params": model.head.parameters()}, …]`,
+    `filter(lambda p: p.requires_grad, model.parameters())`, or a name bound to one."""
+    owners = set()
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _PARAMETER_METHODS:
+            text = dotted(node.func.value)
+            if text:
+                owners.add(text)
+    if not owners and depth < 1:
+        for name in {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}:
+            for rhs in producers.get(name, []):
+                owners |= _parameter_owners(rhs, producers, depth + 1)
+    return owners
+
+
+def _rebuilt_after(constructions, wrap: Wrap) -> bool:
+    return any(call.site.line > wrap.site.line for call, _ in constructions)
+
+
+# ---------------------------------------------------------------------------- wraps
+def _wraps(analysis, facts: FunctionFacts) -> List[Wrap]:
+    out = []
+    for call in facts.calls:
+        known = SHARDING_WRAPPERS.get(call.qualname or "")
+        if known is not None:
+            family, keep = known
+            if _keeps_parameters(call.node, keep):
+                continue
+            text = _wrapped_text(call.node)
+            if text:
+                out.append(Wrap(call.site, family, text, None))
+            continue
+        callee = _local_callee(analysis, facts, call)
+        if callee is not None:
+            for index, family in _helper_wraps(analysis, callee):
+                expr = _argument(callee, call.node, index)
+                text = dotted(expr) if expr is not None else None
+                if text:
+                    out.append(Wrap(call.site, family, text, callee.name))
+    return out
+
+
+def _wrapped_text(node: ast.Call) -> Optional[str]:
+    expr = keyword(node, "module") or (node.args[0] if node.args else None)
+    return dotted(expr) if expr is not None else None
+
+
+def _helper_wraps(analysis, func) -> List[Tuple[int, str]]:
+    """(parameter index, family) for each parameter the file-local helper shards."""
+    memo = analysis.memo("sharding_helpers")
+    if func in memo:
+        return memo[func]
+    memo[func] = []
+    facts = analysis.facts_for(func)
+    out = []
+    for call in facts.calls:
+        known = SHARDING_WRAPPERS.get(call.qualname or "")
+        if known is None or not call.args:
+            continue
+        family, keep = known
+        if _keeps_parameters(call.node, keep):
+            continue
+        out.extend((index, family) for index in sorted(call.args[0].params))
+    memo[func] = out
+    return out
+
+
+def _later_wrap(call: CallSite, models: Set[str], wraps: List[Wrap]) -> Optional[Wrap]:
+    from .amp import exclusive
+    for wrap in sorted(wraps, key=lambda w: w.site.line):
+        if wrap.site.line <= call.site.line or exclusive(wrap.site, call.site):
+            continue
+        if any(_same_or_nested(m, wrap.wrapped) for m in models):
+            return wrap
+    return None
+
+
+def _same_or_nested(model: str, wrapped: str) -> bool:
+    """The wrap re-creates `model`'s parameters: the same module, a module inside the
+    wrapped one (`model.head` under `FSDP(model)`), or one the wrap is part of."""
+    return model == wrapped or model.startswith(wrapped + ".") or wrapped.startswith(model + ".")
+
+
+def _root_of(models: Set[str], wrap: Wrap) -> str:
+    return next(m for m in sorted(models) if _same_or_nested(m, wrap.wrapped))
+
+
+# ---------------------------------------------------------------------------- utilities
+def _local_callee(analysis, facts: FunctionFacts, call: CallSite):
+    """The file-local function `call` runs, if any (indexed once per function)."""
+    memo = analysis.memo("sharding_callees")
+    index = memo.get(id(facts))
+    if index is None:
+        index = {id(local.node): local.callee for local in facts.local_calls}
+        memo[id(facts)] = index
+    return index.get(id(call.node))
+
+
+def _argument(func, node: ast.Call, index: int) -> Optional[ast.expr]:
+    from .epochs import argument_for
+    return argument_for(func, node, index)
+
+
+def _arg_texts(node: ast.Call) -> List[Optional[str]]:
+    return [dotted(a) for a in node.args]
+
+
+def _keeps_parameters(node: ast.Call, keep: Optional[str]) -> bool:
+    """The wrap may keep the original parameters: `use_orig_params=` anything but a literal
+    False, or `**kwargs` that may carry it."""
+    if keep is None:
+        return False
+    if any(kw.arg is None for kw in node.keywords):
+        return True
+    value = keyword(node, keep)
+    return value is not None and not (isinstance(value, ast.Constant) and value.value is False)
