@@ -1,10 +1,24 @@
 """A finding: one line of flake8 output, with its parts kept apart until the end."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+from dataclasses import dataclass, field
+from typing import Optional
 
 ERROR, WARNING, NOTE = "error", "warning", "note"
 SEVERITY_ORDER = {NOTE: 0, WARNING: 1, ERROR: 2}
+
+
+@dataclass(frozen=True)
+class FixPlan:
+    """What `tpf fix` needs to fix a finding, attached by the rule when it reports: which
+    edit (`kind`, a key of `fixes.FIXERS`) on which node of the parsed file, and, for edits
+    that replace one expression by another, the replacement's node. A rule attaches a plan
+    only when it has proven the edit safe for the code it lands on."""
+
+    kind: str                              # detach | no_grad_decorator | unwrap | pin_memory
+    node: ast.AST
+    replacement: Optional[ast.AST] = None
 
 
 @dataclass(frozen=True)
@@ -16,6 +30,9 @@ class Finding:
     what: str
     evidence: str
     fix: str
+    # How `tpf fix` applies the fix (None: no automatic fix for this finding). Not part of
+    # the finding's identity: two runs over the same file give equal findings.
+    plan: Optional[FixPlan] = field(default=None, compare=False, repr=False)
 
     @property
     def message(self) -> str:

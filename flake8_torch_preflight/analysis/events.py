@@ -67,6 +67,9 @@ class CallSite:
     receiver: Optional[Value]    # the value of `x` in `x.method(...)`
     args: Tuple[Value, ...]
     result: Value
+    # The callee is nothing the analysis can see into (a function of another package, a
+    # method of an object of unknown kind): what it does with its arguments is unknown.
+    unseen: bool = False
 
 
 @dataclass(frozen=True)

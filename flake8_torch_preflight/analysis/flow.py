@@ -33,6 +33,8 @@ _MAX_DEPTH_TWICE = 4   # loops nested deeper than this are walked once
 _LIBRARY_METHODS = frozenset({"eval", "train", "zero_grad", "to", "cuda"})
 _PYSCALAR = Value.of(V.PYSCALAR)
 _MODULO = Value.of(V.PYSCALAR, V.MODULO)
+_TEXT = Value.of(V.TEXT)
+_CUDA_TEXT = Value.of(V.TEXT, V.CUDA_DEVICE)
 
 
 class FunctionRef:
@@ -59,6 +61,7 @@ class FlowAnalyzer:
         self.no_grad = bool(func and func.grad_disabled_by_decorators)
         self.accumulate = False
         self.eval_mode = False
+        self.unseen_call = False    # the call being evaluated has a callee we cannot see into
         self.scope = func.qualname if func else "<module>"
         body = func.node.body if func else context.tree.body
         local_names, self.rebinds, self.writes = scan_bindings(body)
@@ -358,8 +361,8 @@ class FlowAnalyzer:
         return UNKNOWN
 
     def expr_Constant(self, node: ast.Constant) -> Value:
-        if isinstance(node.value, str) and node.value.startswith("cuda"):
-            return Value.of(V.CUDA_DEVICE)
+        if isinstance(node.value, str):
+            return _CUDA_TEXT if node.value.startswith("cuda") else _TEXT
         if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return _PYSCALAR
         return UNKNOWN
@@ -485,8 +488,8 @@ class FlowAnalyzer:
         head = node.values[0] if node.values else None
         if isinstance(head, ast.Constant) and isinstance(head.value, str) \
                 and head.value.startswith("cuda"):
-            return Value.of(V.CUDA_DEVICE)   # f"cuda:{local_rank}"
-        return UNKNOWN
+            return _CUDA_TEXT   # f"cuda:{local_rank}"
+        return _TEXT
 
     def expr_Await(self, node) -> Value:
         return self.expr(node.value)
@@ -500,12 +503,14 @@ class FlowAnalyzer:
         args = tuple(self.expr(a) for a in node.args)
         kwargs = {kw.arg: self.expr(kw.value) for kw in node.keywords}
         call = Call(node, qual, method, receiver or UNKNOWN, args, kwargs, self)
+        self.unseen_call = False
         result = self.call(call)
+        opaque = self.unseen_call
         if self.no_grad and result.grad and not result.leaf:
             result = result.no_graph(V.TENSOR)
         if self.recording:
             self.facts.calls.append(CallSite(self.site(node), node, qual, method, receiver,
-                                             args, result))
+                                             args, result, opaque))
         return result
 
     def call(self, call: Call) -> Value:
@@ -515,7 +520,15 @@ class FlowAnalyzer:
             return self.call_method(call)
         if isinstance(call.node.func, ast.Name):
             return self.call_name(call, call.node.func.id)
-        return self.call_value(call, self.expr(call.node.func))
+        called = self.expr(call.node.func)
+        self.unseen_call = False   # (the callee expression's own calls are recorded already)
+        return self.call_value(call, called)
+
+    def unseen(self) -> Value:
+        """The call's callee is nothing the analysis can see into (a function of another
+        package, an object of unknown kind): its value is unknown, and so is what it does."""
+        self.unseen_call = True
+        return UNKNOWN
 
     def call_qualified(self, call: Call) -> Value:
         """A library function or class, or one imported from another project file."""
@@ -523,7 +536,7 @@ class FlowAnalyzer:
         if result is not None:
             return result
         from .project import instance_of   # a module class of another file (`from models import Net`)
-        return instance_of(self.a, call.qual, call.node) or UNKNOWN
+        return instance_of(self.a, call.qual, call.node) or self.unseen()
 
     def call_method(self, call: Call) -> Value:
         receiver, method = call.receiver, call.method
@@ -540,7 +553,10 @@ class FlowAnalyzer:
         if held is not None and (semantics.callable_value(held) or isinstance(held.node, FunctionRef)):
             self.record(call.node.func, held)   # the callee (which loss class, which module)
             return self.call_value(call, held)
-        return semantics.call_method(call) or UNKNOWN
+        result, modelled = semantics.call_method(call)
+        if not modelled:
+            self.unseen()
+        return result or UNKNOWN
 
     def call_name(self, call: Call, name: str) -> Value:
         if self.known(name):
@@ -554,7 +570,7 @@ class FlowAnalyzer:
         cls = self.a.index.classes.get(name)
         if cls is not None:
             return self.construct_class(call, cls)
-        return semantics.call_builtin(call, name) or UNKNOWN
+        return semantics.call_builtin(call, name) or self.unseen()
 
     def call_value(self, call: Call, called: Value) -> Value:
         result = semantics.call_value(call, called)
@@ -566,7 +582,7 @@ class FlowAnalyzer:
             dunder = called.cls.method("__call__")   # a loss/metric object of this file
             if dunder is not None:
                 return self.call_function(call.node, dunder, call.args, call.kwargs, called)
-        return UNKNOWN
+        return self.unseen()
 
     def construct_class(self, call: Call, cls) -> Value:
         init = cls.method("__init__")

@@ -172,6 +172,29 @@ def is_direct_activation_call(analysis, call: CallSite, tag: str) -> bool:
         call.receiver.grad or call.receiver.has(V.TENSOR))
 
 
+def unwrapped_activation(analysis, facts: FunctionFacts, expr: ast.expr) -> Optional[ast.expr]:
+    """For an activation call written in place (`F.softmax(logits, 1)`, `logits.softmax(-1)`,
+    `nn.Softmax(dim=1)(logits)`, `self.softmax(logits)`, and their log-softmax forms): the
+    expression it is applied to (`logits`); None for anything else."""
+    if not isinstance(expr, ast.Call) or any(isinstance(a, ast.Starred) for a in expr.args):
+        return None
+    func = expr.func
+    qualname = analysis.imports.qualname(func)
+    if qualname in api.SOFTMAX_FUNCS | api.LOG_SOFTMAX_FUNCS:
+        return expr.args[0] if expr.args else keyword(expr, "input")
+    if qualname is None and isinstance(func, ast.Attribute) and func.attr in ("softmax", "log_softmax"):
+        return func.value
+    if len(expr.args) != 1 or expr.keywords:
+        return None
+    if isinstance(func, ast.Call) and analysis.imports.qualname(func.func) in \
+            api.SOFTMAX_MODULES | api.LOG_SOFTMAX_MODULES:
+        return expr.args[0]
+    module = facts.value(func)
+    if module.has(V.ACTIVATION_MODULE) and module.activation in (V.SOFTMAX, V.LOG_SOFTMAX):
+        return expr.args[0]
+    return None
+
+
 def activation_source(analysis, facts: FunctionFacts, node: ast.expr, value: Value,
                       tag: str) -> str:
     """Words for where `value` got its activation `tag`: the call and its line, and for a

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Callable, Dict, List
 
 from .events import FunctionFacts, Site
+from .torchapi import GRADIENT_FUNCS
 
 
 class Does(str, Enum):
@@ -18,6 +19,7 @@ class Does(str, Enum):
     EVAL = "eval"           # `model.eval()` / `model.train(False)`
     TRAIN = "train"         # `model.train()`
     FORWARD = "forward"     # a module's forward pass
+    DIFFERENTIATE = "differentiate"   # a backward, or `torch.autograd.grad` and friends
 
     def sites_in(self, facts: FunctionFacts) -> List[Site]:
         """Where `facts`' own events (not its helpers') do this."""
@@ -31,4 +33,6 @@ _SITES: Dict[Does, Callable[[FunctionFacts], List[Site]]] = {
     Does.EVAL: lambda f: [m.site for m in f.modes if m.mode == "eval"],
     Does.TRAIN: lambda f: [m.site for m in f.modes if m.mode == "train"],
     Does.FORWARD: lambda f: [fw.site for fw in f.forwards],
+    Does.DIFFERENTIATE: lambda f: [b.site for b in f.backwards] + [
+        c.site for c in f.calls if c.qualname in GRADIENT_FUNCS],
 }

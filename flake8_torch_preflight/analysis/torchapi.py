@@ -49,6 +49,16 @@ GRAD_DISABLING = frozenset(
     }
 )
 SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
+# Calls that differentiate their first argument without `.backward()` (gradient penalties,
+# input-gradient saliency, adversarial attacks): they need autograd to have recorded it.
+GRADIENT_FUNCS = frozenset(
+    {"torch.autograd.grad", "torch.autograd.functional.vjp", "torch.autograd.functional.jvp",
+     "torch.autograd.functional.jacobian", "torch.autograd.functional.hessian",
+     "torch.autograd.functional.vhp", "torch.autograd.functional.hvp"})
+# Packages whose functions never run autograd on what they are given (numbers, logging).
+NON_DIFFERENTIATING_PACKAGES = frozenset(
+    {"numpy", "math", "statistics", "logging", "json", "pickle", "wandb", "tensorboard",
+     "tensorboardX", "mlflow", "tqdm", "rich", "loguru", "builtins", "sys", "os", "time"})
 
 # --- constructors -------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ DDP = "ddp"                  # a model wrapped in DDP/FSDP
 PREPARED = "prepared"        # passed through accelerator.prepare / fabric.setup*
 CUDA_DEVICE = "cuda_device"  # a torch.device / string naming CUDA
 ACCUMULATE_CONTEXT = "accumulate"  # `accelerator.accumulate(model)`: scales the loss for us
+TEXT = "text"                # a string (a literal or an f-string)
 
 # Tensor facts (what the value *holds*).
 TENSOR = "tensor"

@@ -7,6 +7,10 @@
 | TPF005 | unwrap a `softmax`/`log_softmax` passed directly to a cross-entropy loss |
 | TPF013 | add `pin_memory=True` to the DataLoader call |
 
+A rule attaches a `FixPlan` to the findings whose fix it has proven safe there (the node to
+edit and the kind of edit); `tpf fix` applies exactly those plans, never searching for the
+finding again by position or reading its message.
+
 Contract: the output differs from the input only inside the changed nodes (LibCST round-trips
 every other byte), re-parses, and re-linting shows the fixed finding gone (a fix that does not
 remove its finding, or adds another, is dropped); running it twice changes nothing; lines a
@@ -17,29 +21,15 @@ ask `is_fixable` while checking.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from ..findings import Finding
 
-FIXABLE_CODES = ("TPF001", "TPF002", "TPF005", "TPF013")
-_DIRECT_SOFTMAX = re.compile(r"its input (?:is )?`[^`]*(?:softmax|Softmax)\(")
-
 
 def is_fixable(finding: Finding) -> bool:
-    """Whether `tpf fix` will try this finding (cheap; no LibCST)."""
-    if finding.code == "TPF001":
-        return True
-    if finding.code == "TPF002":
-        return finding.fix.startswith("decorate ")
-    if finding.code == "TPF005":   # cross-entropy fed a softmax call written in place
-        text = f"{finding.what} ({finding.evidence})"
-        return ("CrossEntropyLoss" in text or "cross_entropy" in text) \
-            and _DIRECT_SOFTMAX.search(text) is not None
-    if finding.code == "TPF013":   # only the pinned-memory advice; more workers is a judgement call
-        return "pin_memory" in finding.fix and "num_workers" not in finding.fix
-    return False
+    """Whether `tpf fix` will try this finding: its rule attached a fix plan (cheap)."""
+    return finding.plan is not None
 
 
 @dataclass

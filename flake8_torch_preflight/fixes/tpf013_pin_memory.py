@@ -1,43 +1,21 @@
 """TPF013 fix: add `pin_memory=True` to the DataLoader call.
 
-Only for the findings about pinned memory (`.to(..., non_blocking=True)` from a loader that
-does not pin), on a `torch.utils.data.DataLoader(...)` call that has no `pin_memory`
-argument, no `**kwargs` (which could already carry it) and no `*args`. The loader is the call
-on the reported line, or the one the message points to by line number.
+The rule attaches the plan (the `DataLoader(...)` call) only when pinned memory is the whole
+advice and the call has no `pin_memory` argument, no `**kwargs` (which could already carry
+it) and no `*args`.
 """
 from __future__ import annotations
 
-import ast
-import re
 from typing import List, Optional
 
 import libcst as cst
 
-from ..findings import Finding
+from ..findings import FixPlan
+from .edits import Context, Edit
 
-_LINE = re.compile(r"\bline (\d+)")
 
-
-def plan(ctx, finding: Finding) -> Optional[List]:
-    from ._apply import Edit
-
-    lines = [finding.line] + [int(n) for n in _LINE.findall(f"{finding.what} {finding.evidence}")]
-    for line in lines:
-        loaders = {id(call.node): call.node for _, call in ctx.calls_on_line(line)
-                   if call.qualname and call.qualname.startswith("torch.")
-                   and call.qualname.endswith(".DataLoader")}
-        if len(loaders) > 1:
-            return None
-        if loaders:
-            node = next(iter(loaders.values()))
-            break
-    else:
-        return None
-    if any(k.arg is None or k.arg == "pin_memory" for k in node.keywords):
-        return None
-    if len(node.args) >= 8 or any(isinstance(a, ast.Starred) for a in node.args):
-        return None
-    target = ctx.cst_expr(node)
+def edits(ctx: Context, plan: FixPlan) -> Optional[List[Edit]]:
+    target = ctx.cst_expr(plan.node)
     if not isinstance(target, cst.Call):
         return None
     return [Edit(target, _add_pin_memory, key=("pin_memory", id(target)))]

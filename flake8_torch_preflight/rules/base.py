@@ -11,7 +11,7 @@ from typing import Iterator, Optional
 
 from ..analysis import FileAnalysis
 from ..analysis.events import Site
-from ..findings import ERROR, Finding
+from ..findings import ERROR, Finding, FixPlan
 
 
 class Rule:
@@ -24,5 +24,11 @@ class Rule:
         raise NotImplementedError
 
     def finding(self, site: Site, what: str, evidence: str, fix: str,
-                severity: Optional[str] = None) -> Finding:
-        return Finding(site.line, site.col, self.code, severity or self.severity, what, evidence, fix)
+                severity: Optional[str] = None, plan: Optional[FixPlan] = None,
+                no_autofix: Optional[str] = None) -> Finding:
+        """A finding at `site`. A fixable rule passes the `plan` of a fix it has proven safe
+        here, or says in `no_autofix` why `tpf fix` leaves this one to a human."""
+        if no_autofix:
+            fix = f"{fix} (not applied by `tpf fix`: {no_autofix})"
+        return Finding(site.line, site.col, self.code, severity or self.severity, what, evidence,
+                       fix, plan)

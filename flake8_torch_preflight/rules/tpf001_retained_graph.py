@@ -42,7 +42,12 @@ for x, y in loader:
 ## Fix safety
 Safe: appending `.detach()` to the stored expression keeps the value on its device and only
 drops the graph. The message suggests `.item()` only outside hot training loops, since
-`.item()` waits for the GPU (see TPF010).
+`.item()` waits for the GPU (see TPF010). `tpf fix` applies it only where the analysis
+proves nothing later needs the graph: when the container (or what is read back from it)
+is passed to a call the analysis cannot see into (a function of another package, a method
+of an object of unknown kind) or is returned to callers, the finding stays and says why
+it is not fixed automatically. Tuples, lists and dicts stored whole, dict `update`s and
+values that may not be tensors are left for a human.
 
 ## Known limits
 Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
@@ -74,15 +79,20 @@ import ast
 from typing import Dict, Iterator, Set
 
 from ..analysis import Does, FileAnalysis
+from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.accumulation import accumulation_loop
 from ..analysis.classes import module_like
 from ..analysis.astutil import short
 from ..analysis.events import FunctionFacts, Store
-from ..findings import ERROR, WARNING, Finding
+from ..analysis.memo import per_file
+from ..findings import ERROR, WARNING, Finding, FixPlan
 from .base import Rule
 
-_GRAD_FUNCS = frozenset({"torch.autograd.grad", "torch.autograd.functional.vjp"})
+# Stores `.detach()` can be appended to, and stored expressions that are not one tensor.
+_FIXABLE_HOW = frozenset({"append", "insert", "add", "extend", "setitem", "setattr", "augassign"})
+_NOT_TENSORS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
+                ast.GeneratorExp, ast.Constant, ast.Starred, ast.JoinedStr, ast.Lambda)
 _VERBS = {"append": "appended to", "extend": "extended into", "insert": "inserted into",
           "add": "added to", "update": "merged into", "setitem": "stored into",
           "setattr": "assigned to", "augassign": "accumulated into"}
@@ -149,18 +159,72 @@ class RetainedGraph(Rule):
         hot = analysis.loop_does(facts, loop, Does.BACKWARD)
         detach = f"`{stored}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
         fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
+        plan, unsafe = _detach_plan(analysis, store)
         if freeing is None:
             return self.finding(
                 store.site,
                 f"`{store.target}` keeps the autograd graph of every iteration alive",
                 f"{chain}; {where}; no backward frees it, so activations pile up until OOM",
-                fix, ERROR)
+                fix, ERROR, plan=plan, no_autofix=unsafe)
         return self.finding(
             store.site,
             f"`{store.target}` keeps each iteration's autograd graph nodes alive",
             f"{chain}; {where}; backward at line {freeing} frees activations but the stored "
             f"value still references its graph",
-            fix, WARNING)
+            fix, WARNING, plan=plan, no_autofix=unsafe)
+
+
+def _detach_plan(analysis: FileAnalysis, store: Store):
+    """(the `.detach()` fix, None) when it is proven safe here; (None, why not) when a later
+    use may need the graph; (None, None) when the stored expression is not one tensor."""
+    if store.how not in _FIXABLE_HOW or isinstance(store.expr, _NOT_TENSORS) \
+            or not store.value.has(V.TENSOR):
+        return None, None
+    use = _unseen_uses(analysis).get(store.key)
+    if use is not None:
+        return None, f"`{store.target}` {use}; it may need the graph"
+    return FixPlan("detach", store.expr), None
+
+
+@per_file("tpf001_unseen_uses")
+def _unseen_uses(analysis: FileAnalysis) -> Dict[str, str]:
+    """container key -> how its graphs leave what the analysis can see: a value that may
+    carry them is passed to a call it cannot see into (not a library that never
+    differentiates), or returned to callers."""
+    uses: Dict[str, str] = {}
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            if not call.unseen or (call.qualname or "").split(".", 1)[0] in \
+                    api.NON_DIFFERENTIATING_PACKAGES:
+                continue
+            for value in call.args + tuple(v for v in (call.receiver,) if v is not None):
+                for key in value.containers if value.grad else ():
+                    uses.setdefault(key, f"reaches `{short(call.node)}` at line {call.site.line}, "
+                                         f"which the analysis cannot see into")
+        returned = _returned_graph_use(analysis, facts)
+        for key in facts.returns.containers if returned else ():
+            uses.setdefault(key, returned)
+    return uses
+
+
+def _returned_graph_use(analysis: FileAnalysis, facts: FunctionFacts):
+    """How a function's return may hand its graphs to a backward: it returns values that
+    may carry them, runs no backward itself (a training function's return is for logging),
+    and a caller may differentiate (one outside the file, or one of the file that does)."""
+    func = facts.func
+    if func is None or not facts.returns.grad or analysis.function_does(func, Does.BACKWARD):
+        return None
+    callers = analysis.callers(func)
+    if callers and not any(_differentiates(analysis, caller) for caller, _ in callers):
+        return None
+    who = "a caller that differentiates" if callers else "callers outside this file"
+    return f"is returned by `{func.name}()` to {who}"
+
+
+def _differentiates(analysis: FileAnalysis, facts: FunctionFacts) -> bool:
+    if facts.func is not None:
+        return analysis.function_does(facts.func, Does.DIFFERENTIATE)
+    return bool(Does.DIFFERENTIATE.sites_in(facts))
 
 
 def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:
@@ -209,7 +273,7 @@ def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
     every = list(analysis.all_facts())
     for facts in every:
         consumed = [b.value for b in facts.backwards]
-        consumed += [c.args[0] for c in facts.calls if c.qualname in _GRAD_FUNCS and c.args]
+        consumed += [c.args[0] for c in facts.calls if c.qualname in api.GRADIENT_FUNCS and c.args]
         for value in consumed:
             keys |= value.containers
             if facts.func is not None and value.params:
@@ -246,11 +310,31 @@ def _arguments(facts: FunctionFacts, call):
 
 def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: Store):
     """Line of a backward in the same iteration that runs through the stored graph, if any."""
-    loop = store.site.loops[-1]
-    for backward in facts.backwards:
-        if loop in backward.site.loops and backward.value.graphs & store.value.graphs:
-            return backward.site.line
-    for call in facts.local_calls:
-        if loop in call.site.loops and analysis.function_does(call.callee, Does.BACKWARD):
-            return call.site.line
-    return None
+    by_graph, any_graph, helper = _backwards_of_loop(analysis, facts, store.site.loops[-1])
+    lines = [by_graph[g] for g in store.value.graphs if g in by_graph]
+    if any_graph is not None and store.value.graphs:
+        lines.append(any_graph)
+    if store.value.graphs is V.ANY_GRAPH and by_graph:
+        lines.append(min(by_graph.values()))
+    if lines:
+        return min(lines)
+    return helper
+
+
+@per_file("tpf001_loop_backwards")
+def _backwards_of_loop(analysis: FileAnalysis, facts: FunctionFacts, loop):
+    """For one loop, indexed once (a long loop body must not cost a scan per store): graph
+    line -> first backward through it, the first backward of a saturated graph set, and the
+    first call of a helper that runs a backward."""
+    by_graph: Dict[int, int] = {}
+    any_graph = None
+    for backward in analysis.in_loop(facts, "backwards", loop):
+        line = backward.site.line
+        if backward.value.graphs is V.ANY_GRAPH:
+            any_graph = line if any_graph is None else min(any_graph, line)
+            continue
+        for graph in backward.value.graphs:
+            by_graph[graph] = min(by_graph.get(graph, line), line)
+    helper = next((call.site.line for call in analysis.in_loop(facts, "local_calls", loop)
+                   if analysis.function_does(call.callee, Does.BACKWARD)), None)
+    return by_graph, any_graph, helper

@@ -37,7 +37,12 @@ def evaluate(model, val_loader):
 
 ## Fix safety
 Safe for functions named as evaluation: `@torch.no_grad()` only stops recording. Elsewhere
-the fix is a `with torch.no_grad():` block placed by hand.
+the fix is a `with torch.no_grad():` block placed by hand. `tpf fix` decorates only when the
+function, and every helper of the file it calls, asks for no gradient: a function that
+calls `torch.autograd.grad` (input-gradient saliency, adversarial evaluation) or runs a
+backward is not reported at all, and one that hands the model or its outputs to a call the
+analysis cannot see into (an attack from another package) keeps its finding, with the
+reason it is not fixed automatically.
 
 ## Known limits
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
@@ -45,7 +50,7 @@ hooks (Lightning disables grad), in HF `Trainer` subclasses (but an `evaluate`,
 `prediction_step`, `evaluation_loop` or `predict` override that never calls `super()` is
 judged like any evaluation function: the Trainer's `no_grad` lived in what it replaced), when any
 caller in the same file wraps the call in `no_grad` (one level up), when the scope runs a
-backward, for `test_*` functions with no loop (model-file smoke tests), and for calls of a
+backward or differentiates with `torch.autograd.grad`, for `test_*` functions with no loop (model-file smoke tests), and for calls of a
 parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
 Quiet as well when the forward's output reaches a backward somewhere in the file, or the
 function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
@@ -59,7 +64,8 @@ from typing import Iterator
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
-from ..findings import WARNING, Finding
+from ..analysis.astutil import short
+from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
 
@@ -70,10 +76,10 @@ class EvalWithoutNoGrad(Rule):
     fix_safety = "safe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        trained = set()   # lines of graphs that some backward in the file runs through
+        trained = frozenset()   # lines of graphs that some backward in the file runs through
         for facts in analysis.all_facts():
             for backward in facts.backwards:
-                trained |= backward.value.graphs
+                trained = V.union_graphs(trained, backward.value.graphs)
         for facts in analysis.all_facts():
             func = facts.func
             owner = analysis.framework_owned(func)
@@ -96,26 +102,56 @@ class EvalWithoutNoGrad(Rule):
                     if call is None or not any(a.grad for a in call.args):
                         continue   # a metric module on graph-free inputs records nothing
                 reason = analysis.evaluation_reason(facts, site)
-                if reason is None or analysis.scope_does(facts, site, Does.BACKWARD):
+                if reason is None or analysis.scope_does(facts, site, Does.DIFFERENTIATE):
                     continue
-                if forward.result.graphs & trained or _called_by_forward(analysis, func):
+                if V.graphs_overlap(forward.result.graphs, trained) \
+                        or _called_by_forward(analysis, func):
                     continue   # `predict_noise()` / `infer_logits()` feed a training loss
                 scope = site.loops[-1] if site.loops else func
                 if scope in reported:
                     continue
                 reported.add(scope)
+                fix, plan, unsafe = _fix(analysis, func, reason)
                 yield self.finding(
                     site,
                     f"forward pass `{forward.text}` in evaluation code records autograd history",
                     f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller wraps "
                     f"it, and no backward runs there, so activations are kept for nothing",
-                    self._fix(func, reason))
+                    fix, plan=plan, no_autofix=unsafe)
 
-    @staticmethod
-    def _fix(func, reason: str) -> str:
-        if func is not None and "by its name" in reason:
-            return f"decorate `{func.name}` with `@torch.no_grad()`"
-        return "wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)"
+
+def _fix(analysis: FileAnalysis, func, reason: str):
+    """(advice, the decorator fix or None, why it is not applied automatically or None)."""
+    if func is None or "by its name" not in reason:
+        return ("wrap the evaluation loop in `with torch.no_grad():` (or "
+                "`torch.inference_mode()`)", None, None)
+    advice = f"decorate `{func.name}` with `@torch.no_grad()`"
+    if analysis.function_does(func, Does.DIFFERENTIATE):
+        return advice, None, f"`{func.name}()` or a helper it calls differentiates"
+    unseen = _unseen_call_given_model(analysis, func)
+    if unseen is not None:
+        return advice, None, (f"the model or its output reaches `{short(unseen.node)}` at line "
+                              f"{unseen.site.line}, which the analysis cannot see into and "
+                              f"which may need gradients")
+    return advice, FixPlan("no_grad_decorator", func.node), None
+
+
+def _unseen_call_given_model(analysis: FileAnalysis, func, seen=None):
+    """A call in `func` (or a helper of the file it calls) whose callee the analysis cannot
+    see into, given a module or a value that may carry a graph."""
+    seen = set() if seen is None else seen
+    if func in seen:
+        return None
+    seen.add(func)
+    facts = analysis.facts_for(func)
+    for call in facts.calls:
+        if call.unseen and any(v.grad or v.has(V.MODULE) for v in call.args):
+            return call
+    for local in facts.local_calls:
+        found = _unseen_call_given_model(analysis, local.callee, seen)
+        if found is not None:
+            return found
+    return None
 
 
 def _parameter_free(analysis: FileAnalysis, cls, depth: int = 0) -> bool:

@@ -61,7 +61,7 @@ from ..analysis import FileAnalysis
 from ..analysis import losses as L
 from ..analysis import values as V
 from ..analysis.astutil import short
-from ..findings import ERROR, Finding
+from ..findings import ERROR, Finding, FixPlan
 from .base import Rule
 
 
@@ -110,12 +110,11 @@ class SoftmaxBeforeCrossEntropy(Rule):
                        "the normalisation runs twice; `log_softmax` output belongs in "
                        "`nn.NLLLoss`")
         evidence = f"{subject} is {source}; `{loss.spelled}`{made}: {consequence}"
-        if direct:
-            inner = producer.node.args[0] if producer.node.args else producer.node.func
-            if producer.method in ("softmax", "log_softmax") and producer.qualname is None:
-                inner = producer.node.func.value
-            fix = f"unwrap `{short(producer.node)}`: pass the logits `{short(inner)}` directly"
-        else:
-            fix = (f"pass the logits (the output before the {word}) to `{loss.spelled}` and "
-                   f"apply {word} only for predictions/metrics")
+        inner = L.unwrapped_activation(analysis, facts, loss.input_node)
+        if inner is not None:
+            fix = f"unwrap `{short(loss.input_node)}`: pass the logits `{short(inner)}` directly"
+            plan = FixPlan("unwrap", loss.input_node, replacement=inner)
+            return self.finding(loss.call.site, what, evidence, fix, plan=plan)
+        fix = (f"pass the logits (the output before the {word}) to `{loss.spelled}` and "
+               f"apply {word} only for predictions/metrics")
         return self.finding(loss.call.site, what, evidence, fix)

@@ -70,7 +70,7 @@ from ..analysis.device import (batch_transfer, cuda_evidence, hot_reason, in_mem
                                step_loops, transfer_target)
 from ..analysis.events import CallSite, FunctionFacts
 from ..analysis.index import VAL_LOADER_RE
-from ..findings import NOTE, WARNING, Finding
+from ..findings import NOTE, WARNING, Finding, FixPlan
 from .base import Rule
 
 
@@ -206,7 +206,19 @@ class InputPipelineStall(Rule):
                     call.site, "the GPU waits on the input pipeline of this training loader",
                     f"{'; '.join(issues)}; the loader is {reason}; the file targets CUDA "
                     f"({evidence[1]} line {evidence[0]})",
-                    f"add {' and '.join(fixes)} to the `DataLoader(...)` call", NOTE)
+                    f"add {' and '.join(fixes)} to the `DataLoader(...)` call", NOTE,
+                    plan=_pin_memory_plan(node, pin, fixes))
+
+
+def _pin_memory_plan(node: ast.Call, pin, fixes) -> Optional[FixPlan]:
+    """The autofix adds `pin_memory=True` when that is the whole advice (more workers is a
+    judgement call) and the call can take a keyword: no `pin_memory` given, no `*args`, and
+    fewer positional arguments than the parameter's position."""
+    if fixes != ["`pin_memory=True`"] or pin is not None:
+        return None
+    if len(node.args) >= 8 or any(isinstance(a, ast.Starred) for a in node.args):
+        return None
+    return FixPlan("pin_memory", node)
 
 
 def _loop_iterated(loop: ast.AST) -> Optional[ast.AST]:

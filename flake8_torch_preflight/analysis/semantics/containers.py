@@ -51,8 +51,9 @@ def _read(call: Call) -> Value:
     return call.receiver.contents()
 
 
-@other_methods(V.CONTAINER)
-def _other_container_method(call: Call) -> Value:
+@other_methods(V.CONTAINER, V.TEXT, known=True)
+def _other_builtin_method(call: Call) -> Value:
+    """`xs.sort()`, `d.keys()`, `"{}".format(x)`: Python's own methods."""
     return UNKNOWN
 
 

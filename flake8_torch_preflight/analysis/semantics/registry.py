@@ -79,6 +79,9 @@ QUALIFIED: Dict[str, Handler] = {}
 PATTERNS: List[Tuple[int, Callable[[str], bool], Handler]] = []
 METHODS: Dict[Tuple[str, str], Handler] = {}
 KIND_DEFAULTS: Dict[str, Handler] = {}
+# Receiver kinds whose every method is known not to do anything we track (Python lists and
+# dicts); for the others a catch-all answer is a guess, and the call stays unseen.
+KNOWN_KINDS: set = set()
 ATTRIBUTES: Dict[Tuple[str, str], AccessHandler] = {}
 ATTRIBUTE_DEFAULTS: Dict[str, AccessHandler] = {}
 CALLEES: List[Tuple[Callable[[Value], bool], CalleeHandler]] = []
@@ -89,7 +92,8 @@ GRAD_CONTEXTS: List[Callable[[Optional[str], Optional[ast.Call]], Optional[bool]
 ASSIGNED_ATTRIBUTES: Dict[str, Callable[[Interpreter, ast.stmt], None]] = {}
 
 # Which table a receiver's methods are looked up in: its first kind in this order.
-METHOD_RECEIVER_KINDS = (V.SCALER, V.ACCELERATOR, V.FABRIC, V.MODULE, V.CONTAINER, V.TENSOR)
+METHOD_RECEIVER_KINDS = (V.SCALER, V.ACCELERATOR, V.FABRIC, V.MODULE, V.CONTAINER, V.TENSOR,
+                         V.TEXT)
 # For attribute reads a grad-bearing base decides first (`out.logits`, `losses.data`).
 GRAD = "grad"
 ATTRIBUTE_BASE_KINDS = (GRAD, V.LOADER, V.MODULE, V.CONTAINER, V.TENSOR)
@@ -125,10 +129,14 @@ def method(*names: str, on: Tuple[str, ...] = (ANY,)) -> Callable[[Handler], Han
     return register
 
 
-def other_methods(*kinds: str) -> Callable[[Handler], Handler]:
+def other_methods(*kinds: str, known: bool = False) -> Callable[[Handler], Handler]:
+    """What any other method of these receiver kinds gives; `known`: every such method is
+    known to do nothing the analysis tracks."""
     def register(handler: Handler) -> Handler:
         for kind in kinds:
             KIND_DEFAULTS[kind] = handler
+            if known:
+                KNOWN_KINDS.add(kind)
         return handler
     return register
 
@@ -204,21 +212,27 @@ def method_kind(receiver: Value) -> str:
     return OPAQUE
 
 
-def call_method(call: Call) -> Optional[Value]:
-    """A method call on a receiver the interpreter has no summary for."""
+def call_method(call: Call) -> Tuple[Optional[Value], bool]:
+    """A method call on a receiver the interpreter has no summary for: (its value or None,
+    whether a table entry for this very method answered, rather than a receiver kind's
+    catch-all: callers that must prove what a call does not do need the difference)."""
     universal = METHODS.get((ANY, call.method))
     if universal is not None:
         result = universal(call)
         if result is not None:
-            return result
+            return result, True
     kind = method_kind(call.receiver)
-    for handler in (METHODS.get((kind, call.method)), KIND_DEFAULTS.get(kind),
-                    KIND_DEFAULTS.get(OPAQUE)):
+    specific = METHODS.get((kind, call.method))
+    if specific is not None:
+        result = specific(call)
+        if result is not None:
+            return result, True
+    for handler in (KIND_DEFAULTS.get(kind), KIND_DEFAULTS.get(OPAQUE)):
         if handler is not None:
             result = handler(call)
             if result is not None:
-                return result
-    return None
+                return result, kind in KNOWN_KINDS
+    return None, False
 
 
 def attribute_kind(base: Value) -> Optional[str]:

@@ -95,12 +95,11 @@ def _divide(call: Call) -> Optional[Value]:
     return None
 
 
-@other_methods(V.TENSOR)
-def _tensor_method(call: Call) -> Value:
+@method(*(api.GRAPH_KEEPING_METHODS - {"softmax", "log_softmax", "sigmoid", "div"}),
+        on=(V.TENSOR,))
+def _keeps_graph(call: Call) -> Value:
     """Graph-keeping methods keep the receiver's graphs (and, for casts and views, its
-    activation; `.cuda()` / `.to(<cuda>)` put it on the GPU); anything else is unknown."""
-    if call.method not in api.GRAPH_KEEPING_METHODS:
-        return UNKNOWN
+    activation; `.cuda()` / `.to(<cuda>)` put it on the GPU)."""
     receiver = call.receiver
     keep = [t for t in receiver.tags if t in V.ACTIVATION_TAGS] \
         if call.method in _KEEPS_ACTIVATION else []
@@ -109,6 +108,11 @@ def _tensor_method(call: Call) -> Value:
     out = derived([receiver] + [a for a in call.args if a.grad], *keep,
                   *((V.CUDA_DEVICE,) if on_cuda else ()))
     return out.with_tags(*(t for t in receiver.tags if t == V.CUDA_DEVICE))
+
+
+@other_methods(V.TENSOR)
+def _other_tensor_method(call: Call) -> Value:
+    return UNKNOWN
 
 
 # ---------------------------------------------------------------------- attributes

@@ -82,10 +82,16 @@ def _torch_function(call: Call) -> Value:
     node = call.node
     if is_const(keyword(node, "requires_grad"), True):
         return Value.new_graph(node.lineno, node, V.TENSOR, leaf=True)
-    if call.qual in api.TORCH_BREAKING_FUNCS or not any(a.grad for a in call.args):
+    if call.qual in api.TORCH_BREAKING_FUNCS or not any(a.grad or a.params for a in call.args):
         cuda = any(v.has(V.CUDA_DEVICE) for v in call.kwargs.values())
         return Value.of(V.TENSOR, *((V.CUDA_DEVICE,) if cuda else ()))
-    return derived(list(call.args) + list(call.kwargs.values()), V.TENSOR)
+    inputs = list(call.args) + list(call.kwargs.values())
+    if not any(a.grad for a in call.args):
+        # Of a helper's parameter (`def apply(ls): torch.stack(ls).sum().backward()`): the
+        # summary follows what the caller passes, but `torch.log(p)` of a probability is
+        # no longer that probability: what activation it holds is not known.
+        return derived(inputs, V.TENSOR, V.ACTIVATION_UNSURE)
+    return derived(inputs, V.TENSOR)
 
 
 @grad_context
