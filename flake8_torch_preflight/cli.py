@@ -54,6 +54,19 @@ def _validate_codes(codes: Optional[List[str]], option: str) -> None:
                              f"(known: {known[0]}..{known[-1]}; run `tpf rules`)")
 
 
+def _validate_gpu(value: Optional[str]) -> None:
+    """A bad `--vram-gpu` is a usage error here, as it is an option error under flake8."""
+    if not value:
+        return
+    try:
+        from vram_estimator.flake8_plugin import gpu_option_problem
+    except ImportError:   # an older memory plugin: it reports TPF102 itself
+        return
+    why = gpu_option_problem(value)
+    if why:
+        raise UsageError(f"--vram-gpu {value[:64]}: {why}")
+
+
 # ---------------------------------------------------------------------------- options
 
 def _code_list(text: str) -> List[str]:
@@ -177,6 +190,7 @@ def _main(argv: List[str]) -> int:
         _validate_codes(getattr(args, option), "--" + option.replace("_", "-"))
     if getattr(args, "update_baseline", False) and not args.baseline:
         raise UsageError("--update-baseline needs --baseline FILE")
+    _validate_gpu(getattr(args, "vram_gpu", None))
     config = load_config(args.config, args.isolated)
     settings, discovery = _settings(args, config)
     files = discover(args.paths, discovery)

@@ -57,16 +57,16 @@ class Item:
 
     @classmethod
     def from_finding(cls, path: str, finding: Finding, fixable: bool = False) -> "Item":
-        text = f"{finding.what} ({finding.evidence}); fix: {finding.fix}"
-        return cls(path, finding.line, finding.col + 1, finding.code, finding.severity, text,
+        return cls(path, finding.line, finding.col + 1, finding.code, finding.severity,
+                   message_text(finding.what, finding.evidence, finding.fix),
                    finding.what, finding.evidence, finding.fix, fixable)
 
     @classmethod
     def from_report(cls, path: str, report, fixable: bool = False) -> "Item":
         """From a placed `checking.Report` (a notebook finding carries its cell)."""
         f = report.finding
-        text = f"{f.what} ({f.evidence}); fix: {f.fix}" if f.evidence or f.fix else f.what
-        return cls(path, report.line, report.column, f.code, f.severity, text, f.what,
+        return cls(path, report.line, report.column, f.code, f.severity,
+                   message_text(f.what, f.evidence, f.fix), f.what,
                    f.evidence, f.fix, fixable, report.cell, report.cell_line,
                    report.cell_column, report.snippet)
 
@@ -95,6 +95,17 @@ class Item:
     @property
     def message(self) -> str:
         return f"{self.code} [{self.severity}] {self.text}"
+
+
+def message_text(what: str, evidence: str, fix: str) -> str:
+    """`what (evidence); fix: how`, leaving out the parts a finding does not have (a memory
+    finding may have no evidence: no empty `()`)."""
+    text = what
+    if evidence:
+        text += f" ({evidence})"
+    if fix:
+        text += f"; fix: {fix}"
+    return text
 
 
 def _split_message(text: str):

@@ -327,3 +327,28 @@ def test_memory_codes_match_flake8_when_the_vram_plugin_is_installed():
                     (line.split("|") for line in out.splitlines() if line))
     assert mine == theirs
     assert any(code.startswith("TPF1") for _, _, code in mine)
+
+
+def test_memory_findings_have_their_parts_in_machine_formats():
+    pytest.importorskip("vram_estimator.flake8_plugin")
+    folder = FIXTURES / "vram"
+    if not folder.is_dir():
+        pytest.skip("no vram fixtures")
+    data = json.loads(run(["check", "--isolated", "--vram-gpu", "a100-80gb", "--format", "json",
+                           str(folder)], ROOT).stdout)
+    memory = [f for f in data["findings"] if f["code"].startswith("TPF1")]
+    assert memory
+    for finding in memory:
+        assert "(); fix:" not in finding["message"] and not finding["message"].endswith("fix: ")
+        assert finding["what"] and finding["fix"]
+
+
+def test_bad_vram_gpu_is_a_usage_error(project):
+    pytest.importorskip("vram_estimator.flake8_plugin")
+    if not hasattr(__import__("vram_estimator.flake8_plugin").flake8_plugin, "gpu_option_problem"):
+        pytest.skip("an older memory plugin")
+    result = run(["check", "--isolated", "--vram-gpu", "0xa100", "train.py"], project)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    (project / "setup.cfg").write_text("[flake8]\nvram-gpu = 2x2xa100\n")
+    result = run(["check", "train.py"], project)
+    assert result.returncode == 2 and "vram-gpu = 2x2xa100" in result.stderr
