@@ -19,6 +19,7 @@ from .tpf014_amp_scaler_protocol import AmpScalerProtocol
 from .tpf015_accumulation_undone import AccumulationUndone
 from .tpf016_call_without_parentheses import CallWithoutParentheses
 from .tpf017_optimizer_before_sharding import OptimizerBeforeSharding
+from .tpf018_training_loader_not_shuffled import TrainingLoaderNotShuffled
 
 ALL_RULES = (
     RetainedGraph,
@@ -38,6 +39,7 @@ ALL_RULES = (
     AccumulationUndone,
     CallWithoutParentheses,
     OptimizerBeforeSharding,
+    TrainingLoaderNotShuffled,
 )
 
 __all__ = ["ALL_RULES", "Rule"]

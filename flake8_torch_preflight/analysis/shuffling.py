@@ -1,0 +1,351 @@
+"""Training loaders that visit a map-style dataset in the same order every epoch (TPF018).
+
+A `DataLoader` shuffles only when told to (`shuffle=True`, or a sampler that does). This
+module finds the loaders a training loop of the file iterates (the same question TPF008
+asks, through `epochs.iterated_loaders`, loaders passed through `accelerator.prepare`
+included: Accelerate keeps the loader's own sampler) and the loaders a LightningModule's or
+LightningDataModule's `train_dataloader` hook returns, and decides, lenient towards silence:
+
+- does the loader shuffle, or may it (`shuffle=` anything but a literal False, a sampler or
+  batch sampler, `**kwargs`)?
+- is its dataset *provably* map-style (a table of torch / torchvision constructors, a class
+  of the project that defines `__getitem__` and no `__iter__`), or iterable / unknown?
+- does the dataset, or the training code, shuffle by itself (random draws in the dataset
+  class, a `shuffle`/`permutation`/`set_epoch` call in the loop, an order drawn once with
+  `random_split`/`randperm`)?
+- does the training carry state from one batch to the next (truncated BPTT:
+  `model(x, hidden)`), so that order is the point?
+
+Lightning swaps in a shuffling `DistributedSampler` for the training loader only under
+distributed training (see TPF018's docstring for what was checked): a hook's loader is
+judged only when a `Trainer(...)` of the same file is provably single-device. Memoised.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from . import values as V
+from .astutil import dotted, is_const, keyword, short
+from .distributed import (ddp_wraps, evaluation_loader, loader_constructions, scope_of,
+                          sharding_reason)
+from .epochs import argument_for, iterated_loaders
+from .events import CallSite, FunctionFacts
+from .index import VAL_LOADER_RE
+
+# Map-style datasets of torch and torchvision (indexable; a DataLoader over them keeps
+# the index order unless it shuffles).
+MAP_STYLE = frozenset({
+    "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
+    "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
+    "torch.utils.data.ConcatDataset", "torch.utils.data.dataset.ConcatDataset",
+    "torch.utils.data.StackDataset",
+})
+MAP_STYLE_PREFIXES = ("torchvision.datasets.",)
+ITERABLE_BASES = frozenset({
+    "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
+    "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe",
+    "torchdata.datapipes.iter.IterDataPipe", "datasets.IterableDataset",
+})
+# An order drawn once (`random_split`, a permuted index list): random, if fixed.
+ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm",
+                               "numpy.random.permutation", "numpy.random.shuffle",
+                               "random.shuffle", "random.sample", "sklearn.utils.shuffle",
+                               "sklearn.model_selection.train_test_split"})
+# Calls in the training code that reorder the data for the next epoch.
+RESHUFFLE_NAMES = frozenset({"shuffle", "permutation", "randperm", "set_epoch", "reshuffle",
+                             "shuffle_", "on_epoch_end"})
+# Arguments of a forward that carry state across batches (truncated BPTT, memories).
+_CARRIED_STATE = re.compile(r"^(hidden|hid|hiddens|h0|hx|hc|state|states|mems|memory|memories"
+                            r"|carry|past_key_values|past|cache)$")
+_EVAL_SPLIT = re.compile(r"^(val|valid|validation|test|eval|dev)", re.IGNORECASE)
+
+LIGHTNING_DATAMODULES = frozenset({
+    "lightning.LightningDataModule", "lightning.pytorch.LightningDataModule",
+    "pytorch_lightning.LightningDataModule", "pytorch_lightning.core.LightningDataModule",
+    "pytorch_lightning.core.datamodule.LightningDataModule",
+    "lightning.pytorch.core.datamodule.LightningDataModule"})
+LIGHTNING_TRAINERS = frozenset({
+    "lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
+    "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer",
+    "lightning.pytorch.trainer.Trainer"})
+
+
+@dataclass(frozen=True)
+class Unshuffled:
+    facts: FunctionFacts
+    call: CallSite            # the DataLoader(...) construction
+    dataset: str              # what the dataset is, for the message
+    fed_to: str               # "the training loop at line N" / "`train_dataloader()` …"
+
+
+def unshuffled_training_loaders(analysis) -> List[Unshuffled]:
+    memo = analysis.memo("shuffling")
+    if "all" not in memo:
+        by_node = {id(c.node): (f, c) for f, c in loader_constructions(analysis)}
+        found: Dict[int, Unshuffled] = {}
+        for facts, call, fed_to, loop_facts, loop in _training_feeds(analysis, by_node):
+            if id(call.node) in found:
+                continue
+            dataset = _judge(analysis, facts, call, loop_facts, loop)
+            if dataset is not None:
+                found[id(call.node)] = Unshuffled(facts, call, dataset, fed_to)
+        memo["all"] = sorted(found.values(), key=lambda u: u.call.site.line)
+    return memo["all"]
+
+
+# ---------------------------------------------------------------------------- what trains
+def _training_feeds(analysis, by_node):
+    """(facts, construction, how it is fed, loop facts, loop) for each training loader."""
+    for facts in analysis.all_facts():
+        if analysis.framework_owned(facts.func):
+            continue
+        for loop in analysis.training_loops(facts):
+            for value in iterated_loaders(analysis, facts, loop):
+                hit = by_node.get(id(value.node)) if value.node is not None else None
+                if hit is not None:
+                    yield hit[0], hit[1], f"the training loop at line {loop.lineno}", facts, loop
+    if _lightning_trains_on_one_device(analysis):
+        for cls in analysis.index.classes.values():
+            hook = cls.methods.get("train_dataloader")
+            if hook is None or not (cls.is_lightning or _is_datamodule(cls)):
+                continue
+            returned = analysis.facts_for(hook).returns
+            hit = by_node.get(id(returned.node)) if returned.has(V.LOADER) else None
+            if hit is not None:
+                yield (hit[0], hit[1], f"`{cls.name}.train_dataloader()`, which a single-device "
+                       f"Lightning `Trainer` trains on", None, None)
+
+
+def _is_datamodule(cls) -> bool:
+    return any(b in LIGHTNING_DATAMODULES for b in cls.bases)
+
+
+def _lightning_trains_on_one_device(analysis) -> bool:
+    """Every Lightning `Trainer(...)` of the file provably runs one process (or never swaps
+    in a distributed sampler), and there is one."""
+    memo = analysis.memo("shuffling_trainers")
+    if "one_device" not in memo:
+        trainers = [c for f in analysis.all_facts() for c in f.calls
+                    if c.qualname in LIGHTNING_TRAINERS]
+        memo["one_device"] = bool(trainers) and all(_single_process(t.node) for t in trainers)
+    return memo["one_device"]
+
+
+def _single_process(node: ast.Call) -> bool:
+    if any(kw.arg is None for kw in node.keywords):
+        return False
+    for flag in ("use_distributed_sampler", "replace_sampler_ddp"):
+        if is_const(keyword(node, flag), False):
+            return True       # the training loader is never replaced
+    strategy = keyword(node, "strategy")
+    if strategy is not None and not (isinstance(strategy, ast.Constant)
+                                     and strategy.value in ("auto", "single_device")):
+        return False
+    nodes = keyword(node, "num_nodes")
+    if nodes is not None and not (isinstance(nodes, ast.Constant) and nodes.value == 1):
+        return False
+    devices = keyword(node, "devices") or keyword(node, "gpus")
+    if devices is not None:
+        return _one_device(devices)
+    accelerator = keyword(node, "accelerator")
+    return isinstance(accelerator, ast.Constant) and accelerator.value == "cpu"
+
+
+def _one_device(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.Constant):
+        return expr.value == 1 or (isinstance(expr.value, str) and expr.value.strip() in ("1", "0,"))
+    return isinstance(expr, (ast.List, ast.Tuple)) and len(expr.elts) == 1
+
+
+# ---------------------------------------------------------------------------- one loader
+def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
+    """What the map-style dataset of this never-shuffling training loader is, or None."""
+    node = call.node
+    if _may_shuffle(node) or evaluation_loader(call):
+        return None
+    dataset = keyword(node, "dataset") or (node.args[0] if node.args else None)
+    if dataset is None or _named_for_evaluation(dataset):
+        return None
+    kind = _dataset_kind(analysis, facts, dataset, depth=2)
+    if kind is None:
+        return None
+    if loop is not None and (_carries_state(analysis, loop_facts, loop)
+                             or _reshuffles(analysis, loop_facts, loop)):
+        return None
+    if ddp_wraps(analysis) and sharding_reason(analysis, facts, call) is None:
+        return None           # TPF008 reports this loader (its fix shuffles too)
+    return kind
+
+
+def _may_shuffle(node: ast.Call) -> bool:
+    if any(kw.arg is None for kw in node.keywords):
+        return True
+    shuffle = keyword(node, "shuffle")
+    if shuffle is None and len(node.args) > 2:
+        shuffle = node.args[2]
+    if shuffle is not None and not is_const(shuffle, False):
+        return True
+    for index, name in ((3, "sampler"), (4, "batch_sampler")):
+        sampler = keyword(node, name)
+        if sampler is None and len(node.args) > index:
+            sampler = node.args[index]
+        if sampler is not None and not is_const(sampler, None):
+            return True
+    return False
+
+
+def _named_for_evaluation(expr: ast.expr) -> bool:
+    text = dotted(expr)
+    last = text.rsplit(".", 1)[-1] if text else ""
+    return bool(last) and (bool(VAL_LOADER_RE.match(last)) or bool(_EVAL_SPLIT.match(last)))
+
+
+def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
+    """A description of a provably map-style dataset that does not reorder itself, else None."""
+    if isinstance(expr, ast.Call):
+        return _constructed_kind(analysis, facts, expr)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Call):
+        return None           # `random_split(...)[0]`, `load_dataset(...)["train"]`: not modelled
+    text = dotted(expr)
+    if text is None:
+        return None
+    producers = _producers(analysis, facts, text)
+    if producers:
+        kinds = [_dataset_kind(analysis, facts, rhs, depth) if isinstance(rhs, ast.Call) else None
+                 for rhs in producers]
+        return kinds[0] if kinds and all(k is not None for k in kinds) else None
+    if facts.func is not None and text in facts.func.params and depth > 0:
+        index = facts.func.params.index(text)
+        kinds = []
+        for caller_facts, local in analysis.callers(facts.func):
+            arg = argument_for(facts.func, local.node, index)
+            kinds.append(_dataset_kind(analysis, caller_facts, arg, depth - 1)
+                         if arg is not None else None)
+        return kinds[0] if kinds and all(k is not None for k in kinds) else None
+    return None
+
+
+def _producers(analysis, facts, text: str) -> List[ast.expr]:
+    scope = scope_of(analysis, facts)
+    found = scope.producers.get(text, [])
+    if found or facts.func is None:
+        return found
+    if text.startswith("self.") and facts.func.cls is not None:
+        init = facts.func.cls.method("__init__")
+        if init is not None:
+            return scope_of(analysis, analysis.facts_for(init)).producers.get(text, [])
+    if text not in facts.func.params:
+        return scope_of(analysis, analysis.module_facts).producers.get(text, [])
+    return []
+
+
+def _constructed_kind(analysis, facts, call: ast.Call) -> Optional[str]:
+    if _drawn_once(analysis, call):
+        return None
+    qual = analysis.imports.qualname(call.func)
+    if qual is not None and (qual in MAP_STYLE or qual.startswith(MAP_STYLE_PREFIXES)):
+        if _evaluation_split(call):
+            return None
+        return f"a map-style `{short(call.func, 40)}`"
+    cls, owner = _project_class(analysis, call, qual)
+    if cls is None:
+        return None
+    if not _map_style_class(owner, cls) or _class_draws_randomness(owner, cls):
+        return None
+    return f"`{cls.name}`, a map-style dataset (it defines `__getitem__`)"
+
+
+def _evaluation_split(call: ast.Call) -> bool:
+    """`CIFAR10(root, train=False)`, `ImageNet(root, split="val")`."""
+    if is_const(keyword(call, "train"), False):
+        return True
+    split = keyword(call, "split")
+    return isinstance(split, ast.Constant) and isinstance(split.value, str) and bool(
+        _EVAL_SPLIT.match(split.value))
+
+
+def _drawn_once(analysis, call: ast.Call) -> bool:
+    """The construction reads an order drawn once at random (`Subset(ds, perm[:n])` with a
+    `randperm` / `np.random.permutation`): random, if the same every epoch; left alone."""
+    for node in ast.walk(call):
+        if isinstance(node, ast.Call) and analysis.imports.qualname(node.func) in ONE_TIME_SHUFFLES:
+            return True
+    return False
+
+
+def _project_class(analysis, call: ast.Call, qual: Optional[str]):
+    """(ClassInfo, FileAnalysis that holds it) for a dataset class of the project."""
+    if isinstance(call.func, ast.Name) and call.func.id in analysis.index.classes:
+        return analysis.index.classes[call.func.id], analysis
+    if qual:
+        from .project import is_project_name, resolve_class
+        if is_project_name(qual):
+            resolved = resolve_class(analysis, qual)
+            if resolved is not None:
+                return resolved[1], resolved[0]
+    return None, None
+
+
+def _map_style_class(analysis, cls) -> bool:
+    """Defines (or inherits from a class of its file) `__getitem__` and no `__iter__`, and
+    derives from nothing iterable."""
+    todo, seen = [cls], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if any(b in ITERABLE_BASES for b in current.bases):
+            return False
+        todo.extend(current.local_bases)
+    return cls.method("__getitem__") is not None and cls.method("__iter__") is None
+
+
+def _class_draws_randomness(analysis, cls) -> bool:
+    """Some method of the dataset class draws random numbers or shuffles (random crops of a
+    stream, an index shuffled per epoch): it may reorder itself; stay quiet."""
+    for method in cls.methods.values():
+        for call in analysis.facts_for(method).calls:
+            qual = call.qualname or ""
+            if qual.startswith(("random.", "numpy.random.", "torch.rand", "torch.randperm",
+                                "torch.multinomial")) or call.method in RESHUFFLE_NAMES:
+                return True
+    return False
+
+
+# ---------------------------------------------------------------------------- the loop
+def _carries_state(analysis, facts, loop) -> bool:
+    """A forward in the loop takes a state the loop carries over (`model(x, hidden)`): the
+    batches form one sequence, their order is the point (truncated BPTT)."""
+    for forward in analysis.in_loop(facts, "forwards", loop):
+        node = forward.site.node
+        if not isinstance(node, ast.Call):
+            continue
+        for arg in list(node.args) + [kw.value for kw in node.keywords]:
+            text = dotted(arg)
+            if text and _CARRIED_STATE.match(text.rsplit(".", 1)[-1]):
+                return True
+    return False
+
+
+def _reshuffles(analysis, facts, loop) -> bool:
+    """Something in the training loop, or in a loop around it, reorders the data per epoch."""
+    loops = [loop]
+    parent = facts.loop_parents.get(loop)
+    while parent is not None:
+        loops.append(parent)
+        parent = facts.loop_parents.get(parent)
+    for each in loops:
+        for call in analysis.in_loop(facts, "calls", each):
+            name = call.method or (call.qualname or "").rsplit(".", 1)[-1] or (
+                call.node.func.id if isinstance(call.node.func, ast.Name) else "")
+            if name in RESHUFFLE_NAMES:
+                return True
+    return False
+
+
+__all__ = ["Unshuffled", "unshuffled_training_loaders", "MAP_STYLE", "ITERABLE_BASES",
+           "LIGHTNING_DATAMODULES", "LIGHTNING_TRAINERS"]

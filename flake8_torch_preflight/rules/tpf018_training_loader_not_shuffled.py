@@ -1,0 +1,90 @@
+"""TPF018 training-loader-not-shuffled: a map-style training set read in the same order every epoch.
+
+## What it does
+Reports the `DataLoader(...)` that a training loop of the file iterates (directly, through a
+helper it is passed to, or after `accelerator.prepare`), or that a LightningModule's /
+LightningDataModule's `train_dataloader()` returns under a single-device `Trainer`, when:
+
+- it has no `shuffle=True`, no `sampler=` / `batch_sampler=` and no `**kwargs`;
+- its dataset is provably map-style: `TensorDataset`, `Subset`, `ConcatDataset`, a
+  `torchvision.datasets` class (not `train=False` / a test split), or a dataset class of the
+  project that defines `__getitem__` and no `__iter__`;
+- nothing shuffles by other means: no random draws in the dataset class, no
+  `shuffle` / `permutation` / `set_epoch` call in the training loop or the loops around it,
+  no order drawn once (`random_split`, `randperm` indices);
+- the training is not order-dependent: no forward in the loop takes a carried state
+  (`model(x, hidden)`, `mems`, `past_key_values`).
+
+## Why is this bad?
+Without shuffling a DataLoader walks the dataset in index order: every epoch presents the
+same batches in the same sequence. Datasets stored by class, by time or by source (folders,
+concatenated shards) then give batches of one class at a time, and SGD fits the last
+classes it saw; even well-mixed data loses the batch-to-batch variety that stochastic
+gradients rely on. Training runs, the loss goes down, and the model generalises worse.
+
+## Example
+```python
+train_set = TensorDataset(features, labels)
+train_loader = DataLoader(train_set, batch_size=64, num_workers=4)
+for epoch in range(epochs):
+    for x, y in train_loader:
+        ...
+```
+
+## Use instead
+```python
+train_set = TensorDataset(features, labels)
+train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)
+for epoch in range(epochs):
+    for x, y in train_loader:
+        ...
+```
+
+## Fix safety
+No autofix: `shuffle=True` is right for a plain loader, but under DDP the fix is a
+`DistributedSampler` (TPF008), and a deliberate order (curriculum, sorted-by-length
+bucketing) only the author can confirm.
+
+## Known limits
+Frameworks that shuffle for the user are left alone: HF `Trainer` builds its training loader
+with a `RandomSampler` (`Trainer._get_train_sampler` in transformers' `trainer.py`), DeepSpeed
+builds its own from `training_data`. Lightning replaces the training loader's sampler only
+when it runs distributed (`_requires_distributed_sampler` checks `use_distributed_sampler`
+and `is_distributed`; for the training stage it passes `shuffle=True` to the
+`DistributedSamplerWrapper`; read in the `trainer/connectors/data_connector.py` of
+Lightning 2.x and in its 1.x `replace_sampler_ddp` docs), so a `train_dataloader()` hook is
+reported only when every `Trainer(...)` of the file is provably one process (`devices=1`,
+`accelerator="cpu"`, or `use_distributed_sampler=False`); a Trainer in another file is not
+seen. Accelerate's `prepare` keeps the loader's own order and does not silence the rule. A
+DDP file's unsharded loader is left to TPF008. Iterable datasets, datasets of unknown kind
+(from a factory, another package, `load_dataset(...)["train"]`), loaders iterated through
+`iter()`/`next()`, and shuffling done by a project helper called elsewhere are not judged.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..analysis import FileAnalysis
+from ..analysis.distributed import assigned_name
+from ..analysis.shuffling import unshuffled_training_loaders
+from ..findings import WARNING, Finding
+from .base import Rule
+
+
+class TrainingLoaderNotShuffled(Rule):
+    code = "TPF018"
+    name = "training-loader-not-shuffled"
+    severity = WARNING
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for loader in unshuffled_training_loaders(analysis):
+            name = assigned_name(loader.call) or "DataLoader(...)"
+            yield self.finding(
+                loader.call.site,
+                f"training loader `{name}` never shuffles: every epoch sees the samples in "
+                f"the same order",
+                f"the loader at line {loader.call.site.line} has no `shuffle=True` and no "
+                f"sampler; its dataset is {loader.dataset}; it feeds {loader.fed_to}, and "
+                f"nothing else reorders the data",
+                "pass `shuffle=True` (or a `RandomSampler`; under DDP a `DistributedSampler` "
+                "with `set_epoch` each epoch)")
