@@ -1,8 +1,10 @@
 """Reading fixture files: inline `# expect: TPF001` comments say what must be reported.
 
 Format (one file = one realistic training script, the rule's folder names its code):
-- `# expect: TPF001` at the end of a line: that line must be reported with that code;
-  several codes are comma-separated.
+- `# expect: TPF001:13` at the end of a line: that line must be reported with that code, at
+  that column (1-based, as flake8 prints it: `train.py:12:13: TPF001 ...`); several codes
+  are comma-separated (`# expect: TPF001:13, TPF010:20`). The column may be left out
+  (`# expect: TPF001`) only while a fixture is being written: every committed fixture pins it.
 - Every other line must stay clean of errors and warnings from every rule, and of notes from
   the folder's own rule. (Notes of other rules, such as "no seeding at all", are tuning
   advice that most small fixtures would trigger; they are checked in their own folders.)
@@ -13,10 +15,11 @@ import io
 import re
 import tokenize
 from pathlib import Path
-from typing import List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-_EXPECT = re.compile(r"expect:\s*([A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)")
+_ITEM = r"[A-Z]+[0-9]+(?::[0-9]+)?"
+_EXPECT = re.compile(rf"expect:\s*({_ITEM}(?:\s*,\s*{_ITEM})*)")
 
 
 def rule_fixtures() -> List[Path]:
@@ -24,11 +27,18 @@ def rule_fixtures() -> List[Path]:
 
 
 def expectations(source: str) -> Set[Tuple[int, str]]:
-    expected = set()
+    """(line, code) of every expectation."""
+    return set(expected_columns(source))
+
+
+def expected_columns(source: str) -> Dict[Tuple[int, str], Optional[int]]:
+    """(line, code) -> the pinned 1-based column (None where none is pinned yet)."""
+    expected: Dict[Tuple[int, str], Optional[int]] = {}
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             match = _EXPECT.search(token.string)
             if match:
-                for code in match.group(1).split(","):
-                    expected.add((token.start[0], code.strip()))
+                for item in match.group(1).split(","):
+                    code, _, col = item.strip().partition(":")
+                    expected[(token.start[0], code)] = int(col) if col else None
     return expected

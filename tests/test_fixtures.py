@@ -5,7 +5,7 @@ import ast
 
 import pytest
 
-from fixture_format import FIXTURES, expectations, rule_fixtures
+from fixture_format import FIXTURES, expectations, expected_columns, rule_fixtures
 from flake8_torch_preflight.plugin import TorchPreflightChecker
 
 CASES = rule_fixtures()
@@ -33,6 +33,10 @@ def test_fixture(path):
     extra = sorted(reported - expected)
     details = "\n".join(m for ln, _, m in found if (ln, m.split()[0]) in set(extra))
     assert not missing and not extra, f"missing={missing} extra={extra}\n{details}"
+    columns = {(line, message.split()[0]): col + 1 for line, col, message in found}
+    wrong = {key: (col, columns[key]) for key, col in expected_columns(source).items()
+             if col is not None and columns.get(key) != col}
+    assert not wrong, f"pinned column != reported column: {wrong}"
 
 
 def test_every_rule_has_enough_cases():
