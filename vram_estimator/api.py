@@ -259,10 +259,10 @@ def estimate_source(
     ``configs`` are config files the user names (YAML/JSON, or nanoGPT-style ``.py``)."""
     from .inputs import InputError, Problems, apply_config_file, apply_discovered, parse_source, read_configurator
 
-    comments = read_comments(comment_tokens if comment_tokens is not None else comments_from_source(source))
     result_error = None
     if tree is None:
         tree, result_error = parse_source(source, filename)
+    comments = read_comments(comment_tokens if comment_tokens is not None else comments_from_source(source, tree))
     problems = Problems()
     configurator: Dict[str, Tuple[Any, str, int]] = {}
     yaml_configs = []

@@ -439,16 +439,53 @@ def read_comments(comments: Iterable[Tuple[int, int, str]]) -> Comments:
     return out
 
 
-def comments_from_source(source: str) -> List[Tuple[int, int, str]]:
-    """COMMENT tokens of a source string (for the CLI); tolerant of tokenize errors."""
+def comments_from_source(source: str, tree: Any = None) -> List[Tuple[int, int, str]]:
+    """COMMENT tokens of a source string that may be ``# vram:`` comments; tolerant of
+    tokenize errors.
+
+    With the parsed ``tree``, only the lines that mention ``vram`` are tokenized, each alone,
+    skipping lines inside multi-line strings (the tree says where those are): the same
+    comments as tokenizing the whole file, without paying for 1 MB of tokens."""
     import io
     import tokenize
 
-    found = []
+    found: List[Tuple[int, int, str]] = []
+    low = source.lower()
+    if "vram" not in low:
+        return found
+    if tree is None:
+        readline = io.StringIO(source).readline
+        return _comment_tokens(tokenize, readline, 0)
+    lines = source.splitlines(True)
+    candidates = [i for i, line in enumerate(lines, 1) if "vram" in line.lower() and "#" in line]
+    spans_lines = '"""' in source or "'''" in source or "\\\n" in source
+    inside = _multiline_string_lines(tree, set(candidates)) if spans_lines else set()
+    for number in candidates:
+        if number not in inside:
+            found.extend(_comment_tokens(tokenize, io.StringIO(lines[number - 1]).readline, number - 1))
+    return found
+
+
+def _comment_tokens(tokenize: Any, readline: Any, offset: int) -> List[Tuple[int, int, str]]:
+    out: List[Tuple[int, int, str]] = []
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in tokenize.generate_tokens(readline):
             if tok.type == tokenize.COMMENT:
-                found.append((tok.start[0], tok.start[1], tok.string))
+                out.append((tok.start[0] + offset, tok.start[1], tok.string))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass
-    return found
+    return out
+
+
+def _multiline_string_lines(tree: Any, wanted: set) -> set:
+    """Which of the ``wanted`` line numbers lie inside a string that spans lines."""
+    import ast
+
+    inside: set = set()
+    if not wanted:
+        return inside
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and getattr(node, "end_lineno", None):
+            if node.end_lineno > node.lineno:
+                inside.update(n for n in wanted if node.lineno <= n <= node.end_lineno)
+    return inside

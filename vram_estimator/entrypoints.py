@@ -54,16 +54,16 @@ LITGPT_LORA_ROLES = {
 
 def find_entry_points(reader: "_Reader") -> None:
     """Functions whose signature defaults the run uses (see the module docstring)."""
-    for node in ast.walk(reader.tree):
-        if isinstance(node, ast.Call) and node.args:
+    for node in reader.nodes[ast.Call]:
+        if node.args and isinstance(node.func, (ast.Name, ast.Attribute)):
             how = ENTRY_CALLS.get(reader.qual(node.func))
             if how:
                 for target in _function_names(node.args[0]):
                     reader.entry_points.setdefault(target, how)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for deco in node.decorator_list:
-                if _is_cli_decorator(reader, deco):
-                    reader.entry_points.setdefault(node.name, reader.qual(deco).rstrip("()"))
+    for node in reader.nodes[ast.FunctionDef]:
+        for deco in node.decorator_list:
+            if _is_cli_decorator(reader, deco):
+                reader.entry_points.setdefault(node.name, reader.qual(deco).rstrip("()"))
     for call in _bare_module_calls(getattr(reader.tree, "body", [])):
         reader.entry_points.setdefault(call.func.id, f"{call.func.id}() at line {call.lineno}")
 

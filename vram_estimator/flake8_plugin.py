@@ -36,7 +36,7 @@ def vram_findings(tree: Any, lines: List[str], filename: str = "<stdin>", gpu: O
     if _mentions_vram(lines):
         from .config_comments import comments_from_source
 
-        tokens = comments_from_source("".join(lines))
+        tokens = comments_from_source("".join(lines), tree)
     has_comment = any(t[2].lstrip("#").strip().lower().startswith("vram") for t in tokens)
     if not has_comment and not gpu:
         return []
