@@ -10,14 +10,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from vram_estimator import activations as A  # noqa: E402
+from vram_estimator import db  # noqa: E402
 from vram_estimator import estimate as E  # noqa: E402
+from vram_estimator.registry import family as family_entry  # noqa: E402
 
 
 def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):
-    stored, _one, _note, _m = E.activation_bytes(
-        family, cfg, None, batch, seq, image, precision, attention, ckpt, True, dec_seq=dec_seq
-    )
-    return stored
+    """The activation term for a calibration config of ``family`` (fully trainable)."""
+    model = db.Model(key="calibration", family=family_entry(family), config=cfg)
+    return E.activation_bytes(model, batch, seq, image, precision, attention, ckpt, dec_seq=dec_seq).stored
 
 
 FAMILY = {"decoder_gated": "llama", "decoder_gelu": "gpt2", "encoder": "bert", "encdec": "bart", "vit": "vit"}
@@ -40,7 +42,7 @@ def est_config(style, c):
 
 def reestimate(rows):
     """Recompute every row's estimate and error with the current coefficients (torch-free)."""
-    E.coefficients.cache_clear()
+    A.coefficients.cache_clear()
     for r in rows:
         cfg = est_config(r["style"], r["config"])
         r["family"] = FAMILY[r["style"]]
@@ -58,3 +60,21 @@ def reestimate(rows):
         )
         r["error_pct"] = round((r["estimate"] - r["measured"]) / r["measured"] * 100, 2)
     return rows
+
+
+def refresh_rows(path=os.path.join(ROOT, "calibration", "activations.json")):
+    """Rewrite the estimate and error of every measured row with the current model (the
+    measurements themselves are untouched)."""
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    data["rows"] = reestimate(data["rows"])
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1)
+    return data["rows"]
+
+
+if __name__ == "__main__":
+    rows = refresh_rows()
+    print(f"{len(rows)} rows re-estimated; worst |error| {max(abs(r['error_pct']) for r in rows):.2f} %")

@@ -78,19 +78,7 @@ def main():
         json.dump(co, handle, indent=1)
     E.coefficients.cache_clear()
     for r in rows:
-        entry = db.model_entry(r["model"])
-        stored, _one, _n, _m = E.activation_bytes(
-            entry["family"],
-            entry["config"],
-            r["model"],
-            r["batch"],
-            0,
-            r["image"],
-            r["precision"],
-            "eager",
-            False,
-            True,
-        )
+        stored = E.activation_bytes(r["model"], r["batch"], 0, r["image"], r["precision"], "eager").stored
         r["estimate"] = stored
         r["error_pct"] = round((stored - r["measured"]) / r["measured"] * 100, 2)
     with open(os.path.join(ROOT, "calibration", "cnn.json"), "w") as handle:

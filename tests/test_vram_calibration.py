@@ -1,7 +1,7 @@
 """The committed calibration data agrees with the committed coefficients, and the accuracy
-targets hold: the activation term within 10 % of saved-tensor measurements (1618 of 1620
-configs; the other two at 10.1 %), CNN scaling exact to 0.5 %, published measured peaks within
-a 5 % mean absolute error."""
+targets hold: the activation term within 10 % of saved-tensor measurements, CNN scaling exact to
+0.5 %, the published peaks of the fit set within a 5 % mean absolute error, and no more than 5 %
+false fits in any band on the held-out published peaks."""
 
 import json
 import os
@@ -21,16 +21,42 @@ def load(name):
         return json.load(handle)
 
 
-def test_published_peaks_mean_absolute_error_within_5_percent():
-    from calibration.compare_published import compare
+def test_committed_evaluation_is_current():
+    """calibration/evaluation.json is what calibration/evaluate.py computes now."""
+    from calibration.evaluate import evaluate
 
-    rows, mae = compare()
-    assert len(rows) >= 9
-    assert mae <= 5.0
-    committed = load("published_results.json")
-    assert committed["mae_pct"] == pytest.approx(mae, abs=0.01)  # committed numbers are current
-    for r in rows:
-        assert r["source"] in load("published_peaks.json")["sources"]
+    committed = load("evaluation.json")
+    current = evaluate()
+    for part in ("fit", "held-out"):
+        assert current[part]["summary"] == committed[part]["summary"]
+        assert current[part]["rates"] == committed[part]["rates"]
+
+
+def test_fit_and_held_out_sets_are_apart_and_cited():
+    fit, held = load("published_fit.json"), load("published_heldout.json")
+    assert not {r["id"] for r in fit["runs"]} & {r["id"] for r in held["runs"]}
+    assert not set(fit["sources"]) & set(held["sources"])
+    for doc in (fit, held):
+        for r in doc["runs"]:
+            assert r["source"] in doc["sources"] and r["quantity"]
+
+
+def test_fit_set_accuracy():
+    from calibration.evaluate import evaluate
+
+    fit = evaluate()["fit"]["summary"]
+    assert fit["mae_pct"] <= 5.0 and fit["coverage"] >= 0.9
+
+
+def test_held_out_false_fit_rate_at_most_5_percent_in_every_band():
+    """The safety property: a 'fits' verdict is wrong at most 5 % of the time in every band of
+    predicted use on the held-out peaks (the error and coverage are reported in docs/vram.md)."""
+    from calibration.evaluate import evaluate
+
+    held = evaluate()["held-out"]
+    assert len(held["rows"]) >= 30
+    for band, row in held["rates"].items():
+        assert row["false_fit_rate"] is None or row["false_fit_rate"] <= 0.05, band
 
 
 def test_activation_measurements_match_current_coefficients():
@@ -59,24 +85,11 @@ def test_activation_term_within_10_percent():
 
 
 def test_cnn_measurements_match_coefficients():
-    from vram_estimator import db
     from vram_estimator import estimate as E
 
     data = load("cnn.json")
     for r in data["rows"]:
-        entry = db.model_entry(r["model"])
-        stored, _, _, measured = E.activation_bytes(
-            entry["family"],
-            entry["config"],
-            r["model"],
-            r["batch"],
-            0,
-            r["image"],
-            r["precision"],
-            "eager",
-            False,
-            True,
-        )
-        assert measured
-        assert (stored - r["measured"]) / r["measured"] * 100 == pytest.approx(r["error_pct"], abs=0.02)
+        acts = E.activation_bytes(r["model"], r["batch"], 0, r["image"], r["precision"], "eager")
+        assert acts.measured
+        assert (acts.stored - r["measured"]) / r["measured"] * 100 == pytest.approx(r["error_pct"], abs=0.02)
         assert abs(r["error_pct"]) <= 0.5

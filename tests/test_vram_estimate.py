@@ -21,7 +21,13 @@ def test_full_finetune_terms_are_exact_bytes_per_param():
     assert e.term("weights").point == 4 * n
     assert e.term("gradients").point == 4 * n
     assert e.term("optimizer state").point == 8 * n
-    assert e.term("autocast cache").point > 0
+    assert e.term("optimizer temporaries").point == 4 * n  # foreach AdamW's sqrt(exp_avg_sq) list
+    assert e.peak_phase == "optimizer step"
+    backward = {t.name: t for t in e.phases["backward"]}
+    from vram_estimator import db
+
+    assert backward["autocast copies"].point == 2 * db.model("llama-2-7b").breakdown.cast  # head included
+    assert "gradients" not in backward  # written while activations are freed
 
 
 def test_qlora_7b_fits_a_24gb_card():

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from .registry import Breakdown, Dims, Family, all_families, family
+from .registry import KIND_TRAITS, Breakdown, Dims, Family, all_families, family
 
 GIB = 1024**3
 MIB = 1024**2
@@ -85,19 +85,21 @@ class Model:
         return self.family.capabilities_of(self.config)
 
     @property
+    def traits(self) -> frozenset:
+        """What the model's kind has (``registry.KIND_TRAITS``): an LM head, two stacks, ..."""
+        return KIND_TRAITS[self.family.kind]
+
+    @property
     def native_image(self) -> int:
         """The resolution the model was built for (0 for text models)."""
-        vision = self.config.get("vision") if self.kind == "clip" else self.config
-        return int((vision or {}).get("image", 0) or 0)
+        vision = self.config.get("vision") or self.config
+        return int(vision.get("image", 0) or 0)
 
     def default_seq(self) -> int:
-        """Typical training length: 2048 for decoders, 512 for encoders, the family's own where
-        the encoder input is not text (Whisper's 1500 audio frames), never past the maximum
-        number of text positions."""
-        if self.kind == "decoder":
-            return min(2048, self.max_positions)
+        """The family's typical training length (2048 for decoders, 512 for encoders), never past
+        the model's text positions; Whisper's 1500 audio frames are not text positions."""
         own = self.family.default_seq or 512
-        return own if own > 512 else min(own, self.max_positions)
+        return own if "audio-input" in self.capabilities else min(own, self.max_positions)
 
     def __str__(self) -> str:  # reports print the setting's value
         return self.key

@@ -1,87 +1,82 @@
-"""The cost model: resolved settings -> a per-term breakdown, an interval, and a verdict.
+"""The cost model: resolved settings -> the terms of each phase of a step, the peak (the largest
+phase, not the sum of terms that never coexist), an interval, and a verdict.
 
-::
+A training step has three moments that matter::
 
-    peak = weights + gradients + optimizer state + fp32 master copy + autocast weight cache
-         + activations (+ logits buffer) + KV cache (generate) + sharding buffers
-         + allocator fragmentation
-    usable = device memory - CUDA/HIP context - allocator reserve (2 % of the card)
+    backward start = static + autocast copies + activations + logits + head gradient
+                     + one block's backward working set
+    optimizer step = static + gradients + the optimizer's foreach temporaries
+    static         = weights + optimizer state + fp32 master copy + DDP/ZeRO buffers
+                     + gathered ZeRO-3/FSDP blocks
 
-Every term is a triple ``(lower, point, upper)`` in bytes; the interval is the sum of the
-triples.  A term's spread comes from what was guessed: exact for weights of a known model,
-about +-10 % for a calibrated activation family, wider for unmeasured families, for an unknown
-model (``params=``) and for inputs that fell back to defaults (batch, seq, optimizer).
+(the end of the forward pass is the backward start without the block's working set, and
+during backward activations are freed as gradients appear, so neither exceeds the two above).
+Inference and generation have one phase: weights, one block's working set, logits and the KV
+cache.  Each phase adds the caching allocator's fragmentation of its dynamic terms.
 
-Activations are ``bytes per token per layer`` times tokens times layers, with coefficients in
-``data/coefficients.json`` fitted to saved-tensor measurements (see ``calibration/``):
-
-    per_layer = c_h*h + c_ff*ff + c_q*q_dim + (eager: c_s*heads*s | sdpa/flash: c_sq*q_dim)
-
-Under checkpointing only each block's input is stored (``c_ckpt*h`` per layer) and one block is
-recomputed at a time (its full activations are added once).  MoE blocks route each token to
-``experts_active`` experts, so their MLP term is multiplied by that.  See docs/vram.md.
+Every term is a triple ``(lower, point, upper)`` in bytes; a phase's interval is the sum of its
+triples and the estimate's interval is the largest phase's.  The usable capacity is the device
+memory less the CUDA/HIP context and a 2 % reserve; the context has a spread per GPU
+(``data/gpus.json``), and the verdict is ``fits`` only when the upper end fits beside the
+largest context, ``oom`` only when the lower end does not fit beside the smallest.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import db
-from .registry import family as _family
+from .activations import Acts, coefficients, inference_workspace, precision_class  # noqa: F401
+from .activations import ACTIVATION_MODELS
 from .config_comments import Value
+from .terms import BACKWARD, FORWARD, STEP, Setup, Term
+from . import terms as T
 
 GIB = 1024**3
 MIB = 1024**2
-
-
-@lru_cache(maxsize=None)
-def coefficients() -> Dict[str, Any]:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "coefficients.json")
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-@dataclass
-class Term:
-    name: str
-    lower: float
-    point: float
-    upper: float
-    note: str = ""
-
-    def scaled(self, lo: float, hi: float) -> "Term":
-        return Term(self.name, self.lower * lo, self.point, self.upper * hi, self.note)
+RESERVE = 0.02  # of the card: what the allocator cannot hand out (rounding, small pools)
 
 
 @dataclass
 class Estimate:
-    """One projection: its terms, interval, target capacity and verdict."""
+    """One projection: the terms at its peak, every phase, the interval, capacity and verdict."""
 
     terms: List[Term]
     settings: Dict[str, Value]
     target: Optional[Dict[str, Any]]
+    phases: Dict[str, List[Term]] = field(default_factory=dict)
+    peak_phase: str = FORWARD
     capacity: float = 0.0
     context: float = 0.0
+    context_range: Tuple[float, float] = (0.0, 0.0)
     reserve: float = 0.0
     notes: List[str] = field(default_factory=list)
     params_total: int = 0
     params_trainable: int = 0
 
+    def _phase_sums(self, attr: str, allocated: bool = False) -> float:
+        sums = [
+            sum(getattr(t, attr) for t in phase if not (allocated and t.allocator))
+            for phase in self.phases.values()
+        ]
+        return max(sums) if sums else 0.0
+
     @property
     def lower(self) -> float:
-        return sum(t.lower for t in self.terms)
+        return self._phase_sums("lower")
 
     @property
     def point(self) -> float:
-        return sum(t.point for t in self.terms)
+        return self._phase_sums("point")
 
     @property
     def upper(self) -> float:
-        return sum(t.upper for t in self.terms)
+        return self._phase_sums("upper")
+
+    def allocated(self) -> Tuple[float, float, float]:
+        """What ``torch.cuda.max_memory_allocated`` would see (no allocator fragmentation)."""
+        return tuple(self._phase_sums(a, allocated=True) for a in ("lower", "point", "upper"))
 
     @property
     def usable(self) -> float:
@@ -89,13 +84,15 @@ class Estimate:
 
     @property
     def verdict(self) -> Optional[str]:
-        """``fits`` (upper within usable), ``tight`` (the interval straddles usable), ``oom``
-        (even the lower bound exceeds); None without a target."""
+        """``fits`` (upper end within usable capacity even with the largest context), ``oom``
+        (even the lower end exceeds it with the smallest context), otherwise ``tight``; None
+        without a target."""
         if not self.target:
             return None
-        if self.upper <= self.usable:
+        ctx_lo, ctx_hi = self.context_range
+        if self.upper <= self.capacity - ctx_hi - self.reserve:
             return "fits"
-        if self.lower > self.usable:
+        if self.lower > self.capacity - ctx_lo - self.reserve:
             return "oom"
         return "tight"
 
@@ -110,233 +107,7 @@ class Estimate:
         return v.value if v is not None else default
 
 
-# --------------------------------------------------------------------------- helpers
-
-HALF = ("bf16", "fp16", "int8", "nf4")
-MIXED = ("bf16-mixed", "fp16-mixed")
-
-
-def precision_class(precision: str) -> str:
-    """Which activation coefficient set applies: fp32, mixed (autocast over fp32 weights), half."""
-    if precision in MIXED:
-        return "mixed"
-    if precision in HALF:
-        return "half"
-    return "fp32"
-
-
-def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
-    """Optimizer state bytes per trainable parameter."""
-    if optimizer in ("adamw", "adam", "paged-adamw"):
-        return 2.0 * state_bytes
-    if optimizer in ("adamw-8bit", "paged-adamw-8bit"):
-        return 2.0 + 8.0 / 2048  # two uint8 states + one fp32 absmax per 2048-value block each
-    if optimizer == "lion":
-        return float(state_bytes)
-    if optimizer == "lion-8bit":
-        return 1.0
-    if optimizer == "sgd-momentum":
-        return float(state_bytes)
-    if optimizer == "adafactor":
-        return 4.0 * 2.0 / max(hidden, 64)  # factored second moment: a row and a column per matrix
-    return 0.0
-
-
-def lora_trainable(bd: Dict[str, Any], layers: int, rank: int, targets: Optional[Tuple[str, ...]]) -> int:
-    """LoRA adds ``r * (in + out)`` per targeted linear per block."""
-    chosen = bd["lora_targets"]
-    if targets and targets != ("all-linear",):
-        names = {t.lower() for t in targets}
-        chosen = [t for t in chosen if t[0].lower() in names or t[0].split(".")[-1].lower() in names]
-    elif not targets:
-        default = set(bd.get("default_lora", ()))
-        chosen = [t for t in chosen if t[0] in default]
-    return int(layers * sum(rank * (i + o) for _, i, o in chosen)), len(chosen)
-
-
-def _shape(
-    model_key: Optional[str], params: Optional[int]
-) -> Tuple[str, Dict[str, Any], Dict[str, Any], bool]:
-    """family, config, param breakdown, exact? for a known model or a ``params=`` stand-in."""
-    m = db.spec(model_key) if model_key else db.generic_decoder(params or 1)
-    b = m.breakdown
-    bd = dict(total=b.total, embed=b.embed, head=b.head, linear=b.linear, active=b.active,
-              lora_targets=[(t.name, t.fan_in, t.fan_out) for t in b.lora_targets], default_lora=b.default_lora)
-    return m.family.name, m.config, bd, bool(model_key)
-
-
-def _dims(family: str, c: Dict[str, Any]) -> Dict[str, Any]:
-    """Transformer dimensions used by the activation and KV terms."""
-    if family == "clip":
-        c = c["vision"]
-    d = c.get("hidden", 0)
-    heads = c.get("heads", max(1, d // 64) if d else 1)
-    hd = c.get("head_dim", d // heads if heads else 0)
-    kv = c.get("kv_heads", 1 if family == "falcon" else heads)
-    ff = c.get("ff", 4 * d)
-    return dict(
-        h=d,
-        heads=heads,
-        hd=hd,
-        q=heads * hd,
-        kv=kv * hd,
-        kv_heads=kv,
-        ff=ff,
-        layers=c.get("layers", 0),
-        dec_layers=c.get("dec_layers", c.get("layers", 0)),
-        vocab=c.get("vocab", 0),
-    )
-
-
-def _layer_bytes(co: Dict[str, float], dims: Dict[str, Any], s: int, attention: str, moe_k: int = 1) -> float:
-    """Saved bytes per token for one block."""
-    per = co["h"] * dims["h"] + co["ff"] * dims["ff"] * moe_k + co.get("q", 0.0) * dims["q"]
-    if attention == "eager":
-        per += co["s"] * dims["heads"] * s + co.get("eq", 0.0) * dims["q"]
-    else:
-        per += co.get("sq", 0.0) * dims["q"]
-    return per
-
-
-def inference_workspace(
-    family: str, config: Dict[str, Any], batch: int, seq: int, image: int, precision: str, attention: str
-) -> Optional[float]:
-    """Transient bytes of one block under no_grad: nothing is kept for backward, so the peak is
-    the block input, q/k/v/attention output, the MLP intermediates (3 ff-wide tensors for a gated
-    MLP, 2 otherwise) and, under eager attention, the score matrix in fp32 plus its half copy."""
-    kind = _family(family).kind
-    if kind not in ("decoder", "encoder", "encdec", "vit", "clip"):
-        return None
-    dims = _dims(family, config)
-    if kind in ("vit", "clip"):
-        vc = config["vision"] if kind == "clip" else config
-        seq = (image // vc["patch"]) ** 2 + 1
-    ab = 4 if precision_class(precision) == "fp32" else 2
-    gated = _family(family).style == "decoder_gated"
-    moe_k = config.get("experts_active", 1) if config.get("experts", 1) > 1 else 1
-    per = ab * (3 * dims["h"] + (3 if gated else 2) * dims["ff"] * moe_k + 2 * dims["q"] + 2 * dims["kv"])
-    if attention == "eager":
-        per += (4 + ab) * dims["heads"] * seq
-    return per * batch * seq
-
-
-def activation_bytes(
-    family: str,
-    config: Dict[str, Any],
-    model_key: Optional[str],
-    batch: int,
-    seq: int,
-    image: int,
-    precision: str,
-    attention: str,
-    checkpointing: bool,
-    train: bool,
-    dec_seq: Optional[int] = None,
-) -> Tuple[float, float, str, bool]:
-    """Stored activations and the recompute peak for one training step.
-
-    Returns ``(stored, recompute, note, measured)`` in bytes.  For inference (no grad) callers use
-    the recompute value alone: a block's activations live only while it runs.
-    """
-    co_all = coefficients()
-    pc = precision_class(precision)
-    kind = _family(family).kind
-    dims = _dims(family, config)
-    resid = 2 if pc == "half" else 4
-
-    def stack(
-        style: str, n_layers: int, tokens: int, s: int, extra_per_token: float = 0.0
-    ) -> Tuple[float, float]:
-        co = co_all["transformer"][style][pc]
-        moe_k = config.get("experts_active", 1) if config.get("experts", 1) > 1 else 1
-        per_layer = _layer_bytes(co, dims, s, attention, moe_k) + extra_per_token
-        full = n_layers * per_layer * tokens
-        if checkpointing:
-            ss = co.get("ckpt_ss", 0.0) + (co.get("eager_ckpt_ss", 0.0) if attention == "eager" else 0.0)
-            stored = n_layers * (co.get("ckpt", resid) * dims["h"] + ss * s) * tokens
-            stored += (
-                co.get("ckpt_final", co.get("final", 0.0)) * dims["h"] + co.get("ckpt_tok", 0.0)
-            ) * tokens
-            return stored, per_layer * tokens
-        return full + (co.get("final", 0.0) * dims["h"] + co.get("tok", 0.0)) * tokens, per_layer * tokens
-
-    if kind == "decoder":
-        style = _family(family).style
-        tokens = batch * seq
-        stored, one = stack(style, dims["layers"], tokens, seq)
-        return stored, one, f"{dims['layers']} blocks x {batch}x{seq} tokens", True
-    if kind == "encoder":
-        tokens = batch * seq
-        stored, one = stack("encoder", dims["layers"], tokens, seq)
-        return stored, one, f"{dims['layers']} blocks x {batch}x{seq} tokens", True
-    if kind == "encdec":
-        ds = dec_seq or max(1, min(seq, 128))
-        if "encdec" in co_all:  # fitted on BART: per-token terms of each stack, score terms, ckpt
-            co = co_all["encdec"][pc]
-            h, ff, heads = dims["h"], dims["ff"], dims["heads"]
-            Le, Ld, te, td = dims["layers"], dims["dec_layers"], batch * seq, batch * ds
-            enc_layer = co["enc_h"] * h + co["enc_ff"] * ff
-            dec_layer = co["dec_h"] * h + co["dec_ff"] * ff
-            if attention == "eager":
-                enc_layer += co.get("enc_s", 0.0) * heads * seq
-                dec_layer += co.get("dec_s", 0.0) * heads * ds + co.get("x_s", 0.0) * heads * seq
-            one = max(enc_layer * te, dec_layer * td)
-            if checkpointing:
-                stored = co["ckpt"] * h * (Le * te + Ld * td)
-                stored += (co.get("ckpt_tok", 0.0) + co.get("ckpt_final", 0.0) * h) * (te + td)
-                return stored, one, "encoder + decoder blocks", True
-            stored = Le * te * enc_layer + Ld * td * dec_layer + (co["tok"] + co["final"] * h) * (te + td)
-            return stored, one, f"{Le}+{Ld} blocks x {batch}x{seq}/{ds} tokens", True
-        enc_stored, enc_one = stack("encoder", dims["layers"], batch * seq, seq)
-        co = co_all["transformer"]["encdec_decoder"][pc]
-        per_dec = _layer_bytes(co, dims, ds, attention)
-        if attention == "eager":
-            per_dec += co["s"] * dims["heads"] * seq  # cross-attention probabilities
-        cross = co.get("cross", 2 * resid) * dims["h"] * batch * seq  # cross K/V of the encoder output
-        dec_full = dims["dec_layers"] * (per_dec * batch * ds + cross)
-        one = max(enc_one, per_dec * batch * ds + cross)
-        if checkpointing:
-            dec_stored = dims["dec_layers"] * co.get("ckpt", resid) * dims["h"] * batch * ds
-            return enc_stored + dec_stored, one, "encoder + decoder blocks", False
-        return enc_stored + dec_full, one, "encoder + decoder blocks", False
-    if kind in ("vit", "clip"):
-        vc = config["vision"] if kind == "clip" else config
-        n = (image // vc["patch"]) ** 2 + 1
-        stored, one = stack("vit", vc["layers"], batch * n, n)
-        note = f"{vc['layers']} blocks x {batch}x{n} patches"
-        if kind == "clip":
-            t = config["text"]
-            tdims = _dims("bert", t)
-            co = co_all["transformer"]["encoder"][pc]
-            per = _layer_bytes(co, tdims, t["positions"], attention) * batch * t["positions"]
-            stored += per * (1 if checkpointing else t["layers"])
-            note += f" + text {t['layers']} blocks x {batch}x{t['positions']}"
-        return stored, one, note, True
-    if kind == "cnn":
-        table = co_all["cnn"]
-        entry = table.get(model_key or "", None)
-        measured = entry is not None and str(entry.get("source", "")).startswith("measured")
-        if entry is None:
-            entry = table["_default_per_param"]
-            per_image = entry[pc] * (db.spec(model_key).params if model_key else 25e6)
-        else:
-            per_image = entry[pc]
-        scale = (image / 224.0) ** 2
-        stored = per_image * scale * batch
-        if checkpointing:  # torch.utils.checkpoint over stages: keep stage inputs, recompute one stage
-            return stored * 0.35, stored * 0.25, f"{batch} images at {image}px", measured
-        return stored, stored * 0.25, f"{batch} images at {image}px", measured
-    if kind == "unet":
-        entry = co_all["unet"]
-        latent = (image // config.get("latent_factor", 8)) ** 2
-        stored = entry[pc] * latent * batch
-        if checkpointing:
-            return stored * 0.3, stored * 0.15, f"{batch} latents at {image}px", False
-        return stored, stored * 0.15, f"{batch} latents at {image}px", False
-    raise ValueError(kind)
-
-
-# --------------------------------------------------------------------------- the model
+# --------------------------------------------------------------------------- settings
 
 
 def setting(settings: Dict[str, Value], key: str, default: Any = None) -> Any:
@@ -349,241 +120,194 @@ def is_default(settings: Dict[str, Value], key: str) -> bool:
     return v is None or v.source.startswith("default")
 
 
-def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None) -> Estimate:
-    """Project the per-device peak for resolved ``settings`` (see :func:`api.resolve`)."""
-    model_key = setting(settings, "model")
-    params = setting(settings, "params")
-    family, config, bd, exact = _shape(model_key, params)
-    dims = _dims(family, config)
-    kind = _family(family).kind
+_GUESSABLE = ("batch", "seq", "context", "optimizer", "attention", "decoder_seq")
+# settings the model side reads beyond the comment keys: decoder_seq (encoder-decoder target
+# length), grad_accum (micro-batches per step), set_to_none (zero_grad), optimizer_foreach
+
+
+def _model(settings: Dict[str, Value]) -> Tuple[db.Model, bool]:
+    ref = setting(settings, "model")
+    if ref:
+        return db.spec(ref), True
+    return db.generic_decoder(int(setting(settings, "params", 1) or 1)), False
+
+
+def setup(settings: Dict[str, Value]) -> Setup:
+    """The estimator's view of resolved settings (see :func:`api.resolve`)."""
+    model, known = _model(settings)
     mode = setting(settings, "mode", "train")
     train = mode == "train"
-    precision = setting(settings, "precision", "fp32")
-    pc = precision_class(precision)
-    batch = int(setting(settings, "batch", 1))
     seq = int(setting(settings, "seq", 512))
-    image = int(setting(settings, "image", config.get("image", 224)))
     world = max(1, int(setting(settings, "world", 1)))
-    sharding = setting(settings, "sharding", "ddp" if world > 1 else "none")
-    offload = setting(settings, "offload", "none")
-    checkpointing = setting(settings, "checkpointing", "off") == "on" and train
-    attention = setting(settings, "attention", "sdpa")
-    lora = int(setting(settings, "lora", 0) or 0)
-    optimizer = setting(settings, "optimizer", "adamw" if train else "none") if train else "none"
-    notes: List[str] = []
-
-    total = bd["total"]
-    quantised = precision in ("int8", "nf4")
-    if quantised and train and not lora:
-        lora = 8
-        notes.append("quantised weights train only through adapters: assumed LoRA r=8 (PEFT default)")
-    terms: List[Term] = []
-
-    # ---- weights
-    if precision in ("fp32",) + MIXED:
-        w_bytes = 4.0 * total
-        wnote = "fp32"
-    elif quantised:
-        per = 1.0 if precision == "int8" else 0.5 + 1.0 / 64  # nf4 + double-quantised absmax
-        q_params = bd["linear"]
-        w_bytes = per * q_params + 2.0 * (total - q_params)
-        wnote = f"{precision} linear layers, bf16 rest"
-    else:
-        w_bytes = 2.0 * total
-        wnote = precision
-    lora_params, n_targets = (0, 0)
-    if lora:
-        targets = setting(settings, "lora_targets")
-        layers = dims["layers"] + (dims["dec_layers"] if kind == "encdec" else 0)
-        lora_params, n_targets = lora_trainable(bd, layers or 1, lora, tuple(targets) if targets else None)
-        adapter_bytes = 4 if (quantised or pc != "half") else 2
-        w_bytes += adapter_bytes * lora_params
-        wnote += f" + LoRA r={lora} ({lora_params / 1e6:.1f}M)"
-    trainable = (lora_params if lora else total) if train else 0
-
-    # ---- sharding of weights
-    shard_w = sharding in ("zero3", "fsdp") and world > 1
-    w_dev = w_bytes / world if shard_w else w_bytes
-    if offload in ("param", "both") and sharding in ("zero3", "fsdp"):
-        w_dev = 0.0
-    gather = 0.0
-    if shard_w or (offload in ("param", "both") and sharding in ("zero3", "fsdp")):
-        block = w_bytes / max(1, dims["layers"] or 1)
-        gather = 2 * block  # current + prefetched block, gathered in full
-    lo_w, hi_w = (1.0, 1.0) if exact else (0.9, 1.1)
-    terms.append(
-        Term("weights", w_dev * lo_w, w_dev, w_dev * hi_w, wnote + (f" /{world}" if shard_w else ""))
+    guessed = frozenset(k for k in _GUESSABLE if is_default(settings, k))
+    s = Setup(
+        model=model,
+        exact=known,
+        mode=mode,
+        precision=setting(settings, "precision", "fp32"),
+        batch=int(setting(settings, "batch", 1)),
+        seq=seq,
+        dec_seq=int(setting(settings, "decoder_seq", 0) or max(1, min(seq, 128))),
+        image=int(setting(settings, "image", model.native_image or 224)),
+        world=world,
+        sharding=setting(settings, "sharding", "ddp" if world > 1 else "none"),
+        offload=setting(settings, "offload", "none"),
+        checkpointing=setting(settings, "checkpointing", "off") == "on" and train,
+        attention=setting(settings, "attention", "sdpa"),
+        lora=int(setting(settings, "lora", 0) or 0),
+        lora_targets=tuple(setting(settings, "lora_targets") or ()) or None,
+        optimizer=setting(settings, "optimizer", "adamw") if train else "none",
+        context_tokens=int(setting(settings, "context", 0) or 0),
+        foreach=setting(settings, "optimizer_foreach", True) not in (False, "off", "false"),
+        grads_persist=int(setting(settings, "grad_accum", 1) or 1) > 1
+        or setting(settings, "set_to_none", True) in (False, "off", "false"),
+        guessed=guessed,
     )
-    if gather:
-        terms.append(Term("gathered params", gather * 0.5, gather, gather * 1.5, "ZeRO-3/FSDP working set"))
+    if s.quantised and train and not s.lora:
+        s.lora = 8
+        s.notes.append("quantised weights train only through adapters: assumed LoRA r=8 (PEFT default)")
+    return s
 
-    if train:
-        # ---- gradients
-        g_bytes_per = 2.0 if (pc == "half" and not lora) else 4.0
-        if lora and pc == "half" and not quantised:
-            g_bytes_per = 2.0
-        g = g_bytes_per * trainable
-        if sharding in ("zero2", "zero3", "fsdp") and world > 1:
-            g /= world
-        terms.append(
-            Term(
-                "gradients", g * lo_w, g, g * hi_w, f"{g_bytes_per:.0f} B x {trainable / 1e6:,.1f}M trainable"
-            )
-        )
-        # ---- optimizer state (+ master)
-        state_bytes = 2 if (pc == "half" and not lora and sharding not in ("zero1", "zero2", "zero3")) else 4
-        o = optimizer_bytes(optimizer, state_bytes, dims["h"] or 1024) * trainable
-        master = 0.0
-        if pc == "half" and not lora and not quantised and sharding in ("zero1", "zero2", "zero3"):
-            master = 4.0 * trainable  # DeepSpeed keeps fp32 master weights beside bf16/fp16 params
-        if sharding in ("zero1", "zero2", "zero3", "fsdp") and world > 1:
-            o /= world
-            master /= world
-        if offload in ("optimizer", "both"):
-            o = 0.0
-            master = 0.0
-        lo_o = 0.25 if is_default(settings, "optimizer") else 1.0
-        if optimizer.startswith("paged"):
-            lo_o = 0.0  # paged states can be evicted to host memory under pressure
-        terms.append(Term("optimizer state", o * lo_o * lo_w, o, o * hi_w, optimizer))
-        if master:
-            terms.append(Term("fp32 master copy", master, master, master, "mixed-precision optimizer"))
-        # ---- autocast cache
-        if pc == "mixed" and not lora:
-            cache = 2.0 * bd["linear"] / (world if shard_w else 1)
-            terms.append(
-                Term("autocast cache", cache * 0.5, cache, cache, "half-precision copies of linear weights")
-            )
-        # ---- DDP buckets / ZeRO buffers
-        if sharding == "ddp" and world > 1:
-            terms.append(
-                Term("ddp buckets", 0.0, g, g, "gradient bucket copy (gradient_as_bucket_view=False)")
-            )
-        elif sharding in ("zero2", "zero3") and world > 1:
-            buf = min(g * world, 2 * 5e8 * 2)
-            terms.append(Term("zero buffers", 0.0, buf, buf, "reduce/allgather buckets (5e8 elements)"))
 
-    # ---- activations
-    ctx = int(setting(settings, "context", 0) or 0)
-    measured = True
-    if mode == "generate":
-        prompt = max(1, min(seq, ctx) if ctx else seq)
-        stored, one, anote, measured = activation_bytes(
-            family, config, model_key, batch, prompt, image, precision, attention, False, False
-        )
-        ws = inference_workspace(family, config, batch, prompt, image, precision, attention)
-        act_point = one if ws is None else ws
-        terms.append(
-            _spread(
-                Term(
-                    "activations",
-                    act_point,
-                    act_point,
-                    act_point,
-                    f"prefill workspace, one block x {batch}x{prompt}",
-                ),
-                settings,
-                measured,
-                exact,
-            )
-        )
-    else:
-        stored, one, anote, measured = activation_bytes(
-            family, config, model_key, batch, seq, image, precision, attention, checkpointing, train
-        )
-        if train:
-            act_point = stored + (one if checkpointing else 0.0)
-            anote = anote + (" (checkpointed: block inputs + one recompute)" if checkpointing else "")
-        else:
-            ws = inference_workspace(family, config, batch, seq, image, precision, attention)
-            act_point = one if ws is None else ws
-            anote = "one block at a time (no grad): " + anote
-        terms.append(
-            _spread(Term("activations", act_point, act_point, act_point, anote), settings, measured, exact)
-        )
+# --------------------------------------------------------------------------- phases
 
-    # ---- logits buffer
-    V = dims["vocab"] if kind in ("decoder", "encdec") else 0
-    if V:
-        co = coefficients()["logits"]
-        if mode == "generate":
-            lb = batch * V * 4.0 * 2
-            lnote = "last-token logits (fp32)"
-        else:
-            toks = batch * (seq if kind == "decoder" else max(1, min(seq, 128)))
-            lb = toks * V * (co["train"][pc] if train else co["inference"][pc])
-            lnote = f"{toks:,} tokens x {V:,} vocab"
-        terms.append(
-            _spread(Term("logits buffer", lb, lb, lb, lnote), settings, True, exact, only_tokens=True)
-        )
 
-    # ---- KV cache
-    if mode == "generate" and kind in ("decoder", "encdec"):
-        kv_bytes = 4 if pc == "fp32" else 2
-        context = ctx or seq
-        layers = dims["dec_layers"] if kind == "encdec" else dims["layers"]
-        kv = 2.0 * layers * dims["kv_heads"] * dims["hd"] * context * batch * kv_bytes
-        if kind == "encdec":
-            kv += 2.0 * layers * dims["h"] * seq * batch * kv_bytes
-        terms.append(
-            _spread(
-                Term(
-                    "KV cache",
-                    kv,
-                    kv,
-                    kv,
-                    f"2 x {layers} layers x {dims['kv_heads']} kv-heads x {dims['hd']} x {context} tokens "
-                    f"x {batch}",
-                ),
-                settings,
-                True,
-                exact,
-                only_tokens=True,
-                kv=True,
-            )
-        )
+def _activations(s: Setup) -> Tuple[Acts, Optional[float]]:
+    shape = s.shape()
+    if s.mode == "generate":  # prefill: the prompt through one block at a time
+        prompt = max(1, min(s.seq, s.context_tokens) if s.context_tokens else s.seq)
+        shape = type(shape)(**dict(shape.__dict__, seq=prompt, checkpointing=False))
+    acts = ACTIVATION_MODELS[s.model.kind](shape)
+    workspace = None if s.train else inference_workspace(s.model.kind, shape)
+    return acts, workspace
 
-    # ---- allocator fragmentation
-    dynamic = sum(
-        t.point for t in terms if t.name in ("activations", "logits buffer", "KV cache", "gradients")
-    )
-    terms.append(Term("fragmentation", 0.0, 0.05 * dynamic, 0.15 * dynamic, "caching-allocator slack"))
 
+def _early_gradients(s: Setup) -> Optional[Term]:
+    """Gradients alive during backward: all of them when they persist between steps or
+    micro-batches (gradient accumulation, ``zero_grad(set_to_none=False)``), else the LM head's,
+    the first one backward writes (an untied head, full tuning)."""
+    if s.train and s.grads_persist:
+        return T.gradients(s)
+    head = s.model.breakdown.head
+    if not (s.train and head and not s.lora):
+        return None
+    g = (2.0 if s.pc == "half" else 4.0) * head / (s.world if s.sharded_grads else 1)
+    return T.exact("head gradient", g, "written first in backward", dynamic=True)
+
+
+def phases(s: Setup) -> Dict[str, List[Term]]:
+    """The terms alive at each moment of a step that can be its peak."""
+    acts, workspace = _activations(s)
+    static = [
+        T.weights(s),
+        T.gathered_params(s),
+        T.optimizer_state(s),
+        T.master_copy(s),
+        T.sharding_buffers(s),
+    ]
+    activations = T.activations(s, acts, workspace)
+    if not s.train:
+        forward = static + [activations, T.logits(s), T.kv_cache(s), T.dequant_buffer(s)]
+        return {FORWARD: [t for t in forward if t is not None]}
+    backward = static + [
+        T.autocast_copies(s),
+        activations,
+        T.logits(s),
+        _early_gradients(s),
+        T.backward_block(s, acts),
+        T.dequant_buffer(s),
+    ]
+    step = static + [T.gradients(s), T.step_temporaries(s)]
+    return {BACKWARD: [t for t in backward if t is not None], STEP: [t for t in step if t is not None]}
+
+
+def gpu_figures(target: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Context (MiB) and fragmentation triples for a target: the GPU's own where measured,
+    else its vendor's, else the default."""
+    cal = db.calibration()
+    figures = dict(cal["default"])
+    if target:
+        figures.update(cal["by_vendor"].get(target.get("vendor", "nvidia"), {}))
+        figures.update(cal["by_gpu"].get(target.get("gpu") or "", {}))
+    return figures
+
+
+def _with_fragmentation(terms: List[Term], figures: Dict[str, Any]) -> List[Term]:
+    dyn = [t for t in terms if t.dynamic]
+    total = Term("dynamic", sum(t.lower for t in dyn), sum(t.point for t in dyn), sum(t.upper for t in dyn))
+    return terms + [T.fragmentation(total, figures)]
+
+
+def _peak_terms(by_phase: Dict[str, List[Term]], peak: str) -> List[Term]:
+    """The peak phase's terms, then the others' at zero with where they peak instead."""
+    shown = list(by_phase[peak])
+    names = {t.name for t in shown}
+    for phase, items in by_phase.items():
+        for t in items:
+            if t.name not in names and t.point > 0:
+                names.add(t.name)
+                shown.append(
+                    Term(t.name, 0.0, 0.0, 0.0, f"not at the peak: {t.point / GIB:.1f} GiB during {phase}")
+                )
+    return shown
+
+
+def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None) -> Estimate:
+    """Project the per-device peak for resolved ``settings`` (see :func:`api.resolve`)."""
+    s = setup(settings)
+    figures = gpu_figures(target)
+    by_phase = {name: _with_fragmentation(items, figures) for name, items in phases(s).items()}
+    peak = max(by_phase, key=lambda p: sum(t.point for t in by_phase[p]))
     est = Estimate(
-        terms=terms,
+        terms=_peak_terms(by_phase, peak),
         settings=settings,
         target=target,
-        notes=notes,
-        params_total=total,
-        params_trainable=trainable,
+        phases=by_phase,
+        peak_phase=peak,
+        notes=list(s.notes),
+        params_total=s.model.breakdown.total,
+        params_trainable=s.trainable,
     )
+    if len(by_phase) > 1:
+        est.notes.append(f"peak during the {peak}")
+    if s.train and s.grads_persist:
+        est.notes.append("gradients persist through forward and backward (accumulation or set_to_none=False)")
     if target:
+        lo, pt, hi = figures["context_mib"]
         est.capacity = float(target["memory_bytes"])
-        gpu = db.gpus().get(target.get("gpu") or "", {})
-        est.context = float(gpu.get("context_mib", 500)) * MIB
-        est.reserve = 0.02 * est.capacity
+        est.context = float(pt) * MIB
+        est.context_range = (float(lo) * MIB, float(hi) * MIB)
+        est.reserve = RESERVE * est.capacity
     return est
 
 
-def _spread(
-    term: Term,
-    settings: Dict[str, Value],
-    measured: bool,
-    exact: bool,
-    only_tokens: bool = False,
-    kv: bool = False,
-) -> Term:
-    """Widen a token-proportional term for what was guessed."""
-    lo, hi = (0.9, 1.1) if measured else (0.7, 1.4)
-    if only_tokens:
-        lo, hi = (0.95, 1.05) if kv else (0.8, 1.2)
-    if not exact:
-        lo, hi = lo * 0.6, hi * 1.6
-    mode = setting(settings, "mode", "train")
-    if is_default(settings, "batch") and mode == "train":
-        lo, hi = lo * 0.5, hi * 2.0
-    if is_default(settings, "seq") and is_default(settings, "context") and mode != "train":
-        lo, hi = lo * 0.5, hi * 1.5
-    elif is_default(settings, "seq") and mode == "train" and setting(settings, "image") is None:
-        lo, hi = lo * 0.5, hi * 1.5
-    return term.scaled(lo, hi)
+def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
+    """Optimizer state bytes per trainable parameter (kept here for the runtime guard)."""
+    return T.optimizer_bytes(optimizer, state_bytes, hidden)
+
+
+def activation_bytes(
+    model: db.ModelRef,
+    batch: int,
+    seq: int,
+    image: int = 224,
+    precision: str = "fp32",
+    attention: str = "sdpa",
+    checkpointing: bool = False,
+    dec_seq: Optional[int] = None,
+) -> Acts:
+    """The activation term alone for a fully trainable model (what calibration compares with
+    saved-tensor measurements)."""
+    given = dict(
+        model=model,
+        batch=batch,
+        seq=seq,
+        image=image,
+        precision=precision,
+        attention=attention,
+        checkpointing="on" if checkpointing else "off",
+        decoder_seq=dec_seq,
+        mode="train",
+    )
+    s = setup({k: Value(v, "calibration") for k, v in given.items() if v is not None})
+    return ACTIVATION_MODELS[s.model.kind](s.shape())

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from . import db
-from .estimate import optimizer_bytes
+from .estimate import RESERVE, gpu_figures, optimizer_bytes
 
 GIB = 1024**3
 
@@ -197,19 +197,18 @@ def check(
     import torch
 
     report = measure(model, optimizer, example, dtype=dtype, forward=forward)
-    capacity = context = None
+    capacity = target = None
     if gpu:
-        target = db.resolve_target(gpu)
+        target, why = db.parse_target(gpu)
         if target is None:
-            raise ValueError(f"unknown GPU '{gpu}'; see `vram-estimate gpus`")
+            raise ValueError(f"{why}; see `vram-estimate gpus`")
         capacity = target["memory_bytes"]
-        context = db.gpus().get(target.get("gpu") or "", {}).get("context_mib", 500) * 1024**2
     elif torch.cuda.is_available():
         capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        context = 500 * 1024**2
     if capacity is not None:
+        context = gpu_figures(target)["context_mib"][1] * 1024**2  # the GPU's calibrated point
         report.capacity = int(capacity)
-        report.usable = int(capacity - context - 0.02 * capacity)
+        report.usable = int(capacity - context - RESERVE * capacity)
         if report.verdict == "oom":
             raise VramError(
                 f"even the optimistic peak {report.lower / GIB:.1f} GiB exceeds usable "

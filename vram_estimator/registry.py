@@ -126,6 +126,22 @@ class Family:
         return frozenset(caps)
 
 
+# What a kind of model has, for the memory terms and the remedies: attention kernels to swap,
+# adapters to train instead of the weights, bitsandbytes-quantisable linears, bf16 weights;
+# a text sequence (its length can be guessed), an LM head (logits, generation with a KV cache),
+# a second (decoder) stack with its own length.
+_TRANSFORMER = frozenset({"attention", "lora", "half-weights"})
+KIND_TRAITS: Dict[str, FrozenSet[str]] = {
+    "decoder": _TRANSFORMER | {"quantisable", "text-tokens", "lm-head"},
+    "encoder": _TRANSFORMER | {"quantisable", "text-tokens"},
+    "encdec": _TRANSFORMER | {"quantisable", "text-tokens", "lm-head", "two-stacks"},
+    "vit": _TRANSFORMER,
+    "clip": _TRANSFORMER,
+    "dit": _TRANSFORMER,
+    "cnn": frozenset(),
+    "unet": frozenset({"lora"}),
+}
+
 FAMILIES: Dict[str, Family] = {}
 
 

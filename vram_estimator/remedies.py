@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import db
+from .registry import KIND_TRAITS
 from .config_comments import Value
 from .estimate import Estimate, estimate
 
@@ -52,9 +53,10 @@ def _set(s: Dict[str, Value], **kw: Any) -> Dict[str, Value]:
     return out
 
 
-def _kind(s: Dict[str, Value]) -> str:
+def _traits(s: Dict[str, Value]) -> frozenset:
+    """What the model's kind offers the remedies (``registry.KIND_TRAITS``)."""
     m = s.get("model")
-    return db.spec(m.value).kind if m else "decoder"
+    return KIND_TRAITS[db.spec(m.value).kind if m else "decoder"]
 
 
 def _val(s: Dict[str, Value], key: str, default: Any = None) -> Any:
@@ -67,12 +69,11 @@ def candidates(s: Dict[str, Value], target: Dict[str, Any]) -> List[Remedy]:
     out: List[Remedy] = []
     mode = _val(s, "mode", "train")
     train = mode == "train"
-    kind = _kind(s)
-    transformer = kind not in ("cnn", "unet")
+    traits = _traits(s)
     precision = _val(s, "precision", "fp32")
     world = int(_val(s, "world", 1))
     sharding = _val(s, "sharding", "none")
-    if _val(s, "attention") == "eager" and transformer:
+    if _val(s, "attention") in ("eager", "math") and "attention" in traits:
         out.append(
             Remedy(
                 "attention",
@@ -113,7 +114,11 @@ def candidates(s: Dict[str, Value], target: Dict[str, Any]) -> List[Remedy]:
                 lambda x: _set(x, optimizer="adamw-8bit"),
             )
         )
-    if precision in ("fp32", "fp16-mixed", "bf16-mixed") and target.get("bf16", True) and transformer:
+    if (
+        precision in ("fp32", "fp16-mixed", "bf16-mixed")
+        and target.get("bf16", True)
+        and "half-weights" in traits
+    ):
         cost = (
             "bf16 updates lose precision on long runs (use Kahan/stochastic rounding)"
             if train
@@ -131,7 +136,7 @@ def candidates(s: Dict[str, Value], target: Dict[str, Any]) -> List[Remedy]:
                 lambda x, n=nxt: _set(x, sharding=n),
             )
         )
-    if train and transformer and not int(_val(s, "lora", 0) or 0) and precision not in ("int8", "nf4"):
+    if train and "lora" in traits and not int(_val(s, "lora", 0) or 0) and precision not in ("int8", "nf4"):
         out.append(
             Remedy(
                 "lora",
@@ -141,7 +146,7 @@ def candidates(s: Dict[str, Value], target: Dict[str, Any]) -> List[Remedy]:
                 lambda x: _set(x, lora=16, lora_targets=["all-linear"]),
             )
         )
-    if transformer and precision not in ("int8", "nf4") and kind in ("decoder", "encdec", "encoder"):
+    if "quantisable" in traits and precision not in ("int8", "nf4"):
         if train:
             out.append(
                 Remedy(

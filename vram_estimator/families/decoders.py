@@ -408,6 +408,12 @@ def _gelu_family(name: str, count, hf_types, keys, summary, caps=(), kv_default=
     )
 
 
+_HF_BASE = {
+    "hidden": (("hidden_size",), ...),
+    "layers": (("num_hidden_layers",), ...),
+    "heads": (("num_attention_heads",), ...),
+    "vocab": (("vocab_size",), ...),
+}
 _GPT2_KEYS = {
     "hidden": (("n_embd", "hidden_size"), ...),
     "layers": (("n_layer", "num_hidden_layers"), ...),
@@ -430,27 +436,14 @@ _gelu_family(
     "neox",
     count_neox,
     ("gpt_neox",),
-    {
-        "hidden": (("hidden_size",), ...),
-        "layers": (("num_hidden_layers",), ...),
-        "heads": (("num_attention_heads",), ...),
-        "ff": (("intermediate_size",), None),
-        "vocab": (("vocab_size",), ...),
-    },
+    dict(_HF_BASE, ff=(("intermediate_size",), None)),
     "GPT-NeoX, Pythia",
 )
 _gelu_family(
     "opt",
     count_opt,
     ("opt",),
-    {
-        "hidden": (("hidden_size",), ...),
-        "layers": (("num_hidden_layers",), ...),
-        "heads": (("num_attention_heads",), ...),
-        "ff": (("ffn_dim",), ...),
-        "vocab": (("vocab_size",), ...),
-        "positions": (("max_position_embeddings",), 2048),
-    },
+    dict(_HF_BASE, ff=(("ffn_dim",), ...), positions=(("max_position_embeddings",), 2048)),
     "OPT",
     caps=("learned-positions", "tied-head"),
 )
@@ -458,25 +451,14 @@ _gelu_family(
     "phi",
     count_phi,
     ("phi",),
-    {
-        "hidden": (("hidden_size",), ...),
-        "layers": (("num_hidden_layers",), ...),
-        "heads": (("num_attention_heads",), ...),
-        "ff": (("intermediate_size",), ...),
-        "vocab": (("vocab_size",), ...),
-    },
+    dict(_HF_BASE, ff=(("intermediate_size",), ...)),
     "Phi-1/1.5/2 (parallel attention and MLP)",
 )
 _gelu_family(
     "falcon",
     count_falcon,
     ("falcon",),
-    {
-        "hidden": (("hidden_size",), ...),
-        "layers": (("num_hidden_layers",), ...),
-        "heads": (("num_attention_heads",), ...),
-        "vocab": (("vocab_size",), ...),
-    },
+    _HF_BASE,
     "Falcon 7B layout (multi-query)",
     caps=("mqa",),
     kv_default=lambda hf: 1 if hf.get("multi_query", True) else hf["num_attention_heads"],

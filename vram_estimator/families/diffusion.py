@@ -68,6 +68,11 @@ def count_unet2d(c: Dict[str, Any]) -> Breakdown:
     )
 
 
+def _attention_targets(d: int):
+    """diffusers attention projections (what its LoRA recipes target)."""
+    return tuple(Linear(n, d, d, QKV) for n in ("to_q", "to_k", "to_v")) + (Linear("to_out.0", d, d, OUT),)
+
+
 def _timestep_mlp(d: int, cin: int = 256) -> int:
     return dense(cin, d) + dense(d, d)
 
@@ -92,12 +97,7 @@ def count_flux(c: Dict[str, Any]) -> Breakdown:
         total=embeds + c["double"] * double + c["single"] * single + out,
         linear=linear,
         cast=linear,
-        lora_targets=(
-            Linear("to_q", d, d, QKV),
-            Linear("to_k", d, d, QKV),
-            Linear("to_v", d, d, QKV),
-            Linear("to_out.0", d, d, OUT),
-        ),
+        lora_targets=_attention_targets(d),
         default_lora=("to_q", "to_k", "to_v", "to_out.0"),
     )
 
@@ -123,12 +123,7 @@ def count_sd3(c: Dict[str, Any]) -> Breakdown:
         total=embeds + blocks + out,
         linear=blocks,
         cast=blocks,
-        lora_targets=(
-            Linear("to_q", d, d, QKV),
-            Linear("to_k", d, d, QKV),
-            Linear("to_v", d, d, QKV),
-            Linear("to_out.0", d, d, OUT),
-        ),
+        lora_targets=_attention_targets(d),
         default_lora=("to_q", "to_k", "to_v", "to_out.0"),
     )
 

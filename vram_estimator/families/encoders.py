@@ -251,6 +251,6 @@ _family(
         target_positions=(("max_target_positions",), 448),
     ),
     "Whisper (encoder over 30 s of audio: 1500 frames)",
-    ("layernorm", "conv-frontend"),
+    ("layernorm", "conv-frontend", "audio-input"),
     seq=1500,
 )

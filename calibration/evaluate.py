@@ -1,0 +1,214 @@
+"""Published measured peaks against the estimator: error, interval coverage, and verdict rates.
+
+Two files, kept apart: ``published_fit.json`` (what the allocator figures in
+``vram_estimator/data/gpus.json`` may be fitted on, with ``--fit``) and ``published_heldout.json``
+(never fitted on; it only measures).  Runs without torch::
+
+    python calibration/evaluate.py            # tables for both sets; writes evaluation.json
+    python calibration/evaluate.py --fit      # refit the default fragmentation on the fit set first
+
+Per run the projection is compared with what the source measured: device memory used (nvml /
+nvidia-smi: our peak, which includes the allocator's fragmentation, plus the CUDA context, the
+source's own figure where it measured one), ``max_memory_reserved`` (our peak) or
+``max_memory_allocated`` (our peak without fragmentation).
+
+Verdict rates: every run is also judged on a ladder of cards (16 to 141 GiB).  The truth on a
+card is whether the measured peak (plus the card's CUDA context where the source measured
+tensors only) fits its memory less the 2 % reserve; the band is the projected share of the card's
+usable memory (< 60 %, 60-90 %, 90-100 %, > 100 %).  A false fit is a ``fits`` verdict where
+the truth does not fit; a false OOM is an ``oom`` verdict where it does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, List, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from vram_estimator import db  # noqa: E402
+from vram_estimator.api import run as run_settings  # noqa: E402
+from vram_estimator.config_comments import Value  # noqa: E402
+from vram_estimator.estimate import RESERVE, gpu_figures  # noqa: E402
+
+MIB = 1024**2
+HERE = os.path.dirname(os.path.abspath(__file__))
+LADDER = ("t4", "l4", "rtx4090", "a100-40gb", "l40s", "a100-80gb", "h100-sxm", "h200")
+BANDS = (("< 60 %", 0.0, 0.6), ("60-90 %", 0.6, 0.9), ("90-100 %", 0.9, 1.0), ("> 100 %", 1.0, float("inf")))
+DEVICE = ("device used", "device used (assumed)")
+
+
+def load(name: str) -> Dict[str, Any]:
+    with open(os.path.join(HERE, name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _estimate(run: Dict[str, Any], gpu: str):
+    """The estimate for a run's inputs on ``gpu`` (settings given as values, like comments)."""
+    values = {k: Value(v, "published run") for k, v in run["inputs"].items()}
+    result = run_settings(values, default_gpu=gpu, with_remedies=False)
+    if result.estimate is None:
+        raise ValueError(f"{run['id']}: no estimate")
+    return result.estimate
+
+
+def projection(run: Dict[str, Any], est) -> Tuple[float, float, float]:
+    """(lower, point, upper) in MiB of the quantity the source measured."""
+    if run["quantity"] == "max_memory_allocated":
+        return tuple(x / MIB for x in est.allocated())
+    if run["quantity"] in DEVICE:
+        lo, pt, hi = gpu_figures(est.target)["context_mib"]
+        if "context_mib" in run:  # the source measured its own context
+            lo = pt = hi = run["context_mib"]
+        return est.lower / MIB + lo, est.point / MIB + pt, est.upper / MIB + hi
+    return est.lower / MIB, est.point / MIB, est.upper / MIB
+
+
+def compare(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    rows = []
+    for run in runs:
+        lo, pt, hi = projection(run, _estimate(run, run["gpu"]))
+        measured = run["measured_mib"]
+        rows.append(
+            dict(
+                id=run["id"],
+                source=run["source"],
+                quantity=run["quantity"],
+                measured_mib=measured,
+                projected_mib=round(pt),
+                lower_mib=round(lo),
+                upper_mib=round(hi),
+                error_pct=round((pt - measured) / measured * 100, 2),
+                in_interval=lo <= measured <= hi,
+            )
+        )
+    return rows
+
+
+def _device_truth(run: Dict[str, Any], gpu: str) -> float:
+    """The measured peak as device memory on ``gpu`` (MiB)."""
+    if run["quantity"] in DEVICE:
+        return (
+            run["measured_mib"]
+            - run.get("context_mib", 0)
+            + gpu_figures(db.resolve_target(gpu))["context_mib"][1]
+        )
+    return run["measured_mib"] + gpu_figures(db.resolve_target(gpu))["context_mib"][1]
+
+
+def verdict_rates(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    table = {name: dict(judged=0, fits=0, false_fit=0, oom=0, false_oom=0, tight=0) for name, _, _ in BANDS}
+    for run in runs:
+        for gpu in LADDER:
+            est = _estimate(run, gpu)
+            capacity = est.capacity / MIB
+            truth_fits = _device_truth(run, gpu) <= capacity * (1 - RESERVE)
+            share = est.point / max(1.0, est.usable)
+            band = next(name for name, lo, hi in BANDS if lo <= share < hi)
+            row = table[band]
+            row["judged"] += 1
+            row[est.verdict] += 1
+            row["false_fit"] += est.verdict == "fits" and not truth_fits
+            row["false_oom"] += est.verdict == "oom" and truth_fits
+    for row in table.values():
+        row["false_fit_rate"] = round(row["false_fit"] / row["fits"], 3) if row["fits"] else None
+        row["false_oom_rate"] = round(row["false_oom"] / row["oom"], 3) if row["oom"] else None
+    return table
+
+
+def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    n = len(rows)
+    return dict(
+        runs=n,
+        mae_pct=round(sum(abs(r["error_pct"]) for r in rows) / n, 2),
+        mean_error_pct=round(sum(r["error_pct"] for r in rows) / n, 2),
+        coverage=round(sum(r["in_interval"] for r in rows) / n, 3),
+        above_upper=sum(r["measured_mib"] > r["upper_mib"] for r in rows),
+    )
+
+
+def fit_fragmentation(runs: List[Dict[str, Any]]) -> List[float]:
+    """The default fragmentation (lower, point, upper shares of the dynamic terms) with the
+    lowest error on the fit set among those whose interval covers >= 90 % of it."""
+    path = os.path.join(ROOT, "vram_estimator", "data", "gpus.json")
+    with open(path, encoding="utf-8") as handle:
+        doc = json.load(handle)
+    best = None
+    for point in [x / 100 for x in range(0, 31, 2)]:
+        for upper in [point + x / 100 for x in range(0, 41, 5)]:
+            doc["calibration"]["default"]["fragmentation"] = [0.0, point, upper]
+            _write(path, doc)
+            s = summary(compare(runs))
+            key = (s["coverage"] < 0.9, s["mae_pct"], upper)
+            if best is None or key < best[0]:
+                best = (key, [0.0, point, round(upper, 2)])
+    doc["calibration"]["default"]["fragmentation"] = best[1]
+    _write(path, doc)
+    return best[1]
+
+
+def _write(path: str, doc: Dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, indent=1)
+    db._load.cache_clear()
+
+
+def markdown(name: str, rows: List[Dict[str, Any]], s: Dict[str, Any], rates) -> str:
+    out = [
+        f"**{name}**: {s['runs']} runs; mean absolute error **{s['mae_pct']:.1f} %** (mean signed "
+        f"{s['mean_error_pct']:+.1f} %); truth inside the interval **{s['coverage'] * 100:.0f} %** "
+        f"({s['above_upper']} above the upper end).",
+        "",
+        "| run | measured MiB | projected MiB | interval MiB | error |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['id']} | {r['measured_mib']} | {r['projected_mib']} | {r['lower_mib']}–{r['upper_mib']} | "
+            f"{r['error_pct']:+.1f} % |"
+        )
+    out += [
+        "",
+        "| predicted use | judged | fits | false fits | false-fit rate | oom | false OOMs | false-OOM rate |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for band, row in rates.items():
+        ff = "–" if row["false_fit_rate"] is None else f"{row['false_fit_rate'] * 100:.0f} %"
+        fo = "–" if row["false_oom_rate"] is None else f"{row['false_oom_rate'] * 100:.0f} %"
+        out.append(
+            f"| {band} | {row['judged']} | {row['fits']} | {row['false_fit']} | {ff} | {row['oom']} | "
+            f"{row['false_oom']} | {fo} |"
+        )
+    return "\n".join(out)
+
+
+def evaluate() -> Dict[str, Any]:
+    report = {}
+    for name, path in (("fit", "published_fit.json"), ("held-out", "published_heldout.json")):
+        runs = load(path)["runs"]
+        rows = compare(runs)
+        report[name] = dict(summary=summary(rows), rates=verdict_rates(runs), rows=rows)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="refit the default fragmentation on the fit set")
+    args = parser.parse_args()
+    if args.fit:
+        print("fitted default fragmentation:", fit_fragmentation(load("published_fit.json")["runs"]))
+    report = evaluate()
+    for name, part in report.items():
+        print(markdown(name, part["rows"], part["summary"], part["rates"]))
+        print()
+    with open(os.path.join(HERE, "evaluation.json"), "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

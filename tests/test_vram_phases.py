@@ -1,0 +1,182 @@
+"""The peak is the largest phase of a step; terms by kernel, KV heads, frozen weights, autocast,
+optimizer temporaries; per-GPU context; the interval and the verdict rule."""
+
+import pytest
+
+from vram_estimator import db
+from vram_estimator.api import estimate_config
+from vram_estimator.config_comments import Value
+from vram_estimator.estimate import estimate
+
+GIB = 1024**3
+
+
+def est(**kw):
+    r = estimate_config(**kw)
+    assert r.errors == []
+    return r.estimate
+
+
+def settings(**kw):
+    base = dict(mode="train", batch=8, seq=2048, precision="bf16-mixed", optimizer="adamw", attention="sdpa")
+    base.update(kw)
+    return {k: Value(v, "test") for k, v in base.items()}
+
+
+def phase(e, name):
+    return {t.name: t for t in e.phases[name]}
+
+
+def test_peak_is_the_largest_phase_not_the_sum():
+    e = est(model="llama-2-7b", gpu="h200", batch=8, seq=2048, precision="bf16-mixed", optimizer="adamw")
+    sums = {name: sum(t.point for t in terms) for name, terms in e.phases.items()}
+    assert set(sums) == {"backward", "optimizer step"}
+    assert e.point == max(sums.values())
+    every_term = {t.name: t.point for terms in e.phases.values() for t in terms}
+    assert e.point < sum(every_term.values())  # activations and gradients never coexist here
+    assert sum(t.point for t in e.terms) == pytest.approx(e.point)  # the breakdown sums to the peak
+
+
+def test_small_batch_full_finetune_peaks_in_the_optimizer_step():
+    e = est(model="llama-2-7b", gpu="h200", batch=1, seq=256, precision="bf16-mixed", optimizer="adamw")
+    assert e.peak_phase == "optimizer step"
+    step = phase(e, "optimizer step")
+    n = 6_738_415_616
+    assert step["gradients"].point == 4 * n and step["optimizer temporaries"].point == 4 * n
+    assert e.term("activations").point == 0 and "not at the peak" in e.term("activations").note
+
+
+def test_foreach_temporaries_only_for_torch_multi_tensor_steps():
+    base = dict(model="llama-2-7b", gpu="h200", batch=1, seq=256, precision="bf16-mixed")
+    assert "optimizer temporaries" not in phase(est(optimizer="adamw-8bit", **base), "optimizer step")
+    values = settings(model="llama-2-7b", batch=1, seq=256, optimizer_foreach=False)
+    fused = estimate(values, db.resolve_target("h200"))
+    assert "optimizer temporaries" not in phase(fused, "optimizer step")
+    z3 = est(world=8, sharding="zero3", **dict(base, precision="bf16"))
+    assert "optimizer temporaries" not in phase(z3, "optimizer step")  # DeepSpeed's fused Adam
+
+
+def test_gradient_accumulation_keeps_gradients_through_backward():
+    target = db.resolve_target("h200")
+    plain = estimate(settings(model="llama-2-7b"), target)
+    accum = estimate(settings(model="llama-2-7b", grad_accum=4), target)
+    assert "gradients" not in phase(plain, "backward")
+    assert phase(accum, "backward")["gradients"].point == 4 * 6_738_415_616
+    assert accum.point > plain.point
+
+
+def test_lora_activations_drop_the_inputs_of_frozen_linears():
+    kw = dict(model="llama-2-7b", gpu="h200", batch=8, seq=2048, precision="bf16-mixed", optimizer="adamw")
+    full = phase(est(**kw), "backward")["activations"].point
+    lora_qv = phase(est(lora=16, **kw), "backward")["activations"].point
+    lora_all = phase(est(lora=16, lora_targets=["all-linear"], **kw), "backward")["activations"].point
+    assert lora_qv < 0.75 * full  # o_proj, gate/up and down_proj inputs and norm copies are not kept
+    assert lora_qv < lora_all < full  # adapters on every linear keep their inputs; norms stay frozen
+    assert lora_qv < 88 * GIB
+
+
+def test_attention_kernels_keep_scores_or_not():
+    kw = dict(model="llama-3-8b", gpu="h200", batch=1, seq=4096, precision="bf16", lora=8)
+    acts = {a: est(attention=a, **kw).term("activations").point for a in ("eager", "math", "sdpa", "flash")}
+    assert acts["eager"] == acts["math"] > 3 * acts["sdpa"]
+    assert acts["sdpa"] == acts["flash"]
+
+
+def test_kv_heads_shrink_saved_keys_and_values_under_flash_kernels():
+    target = db.resolve_target("h200")
+    config = dict(db.model("llama-2-7b").config)
+    gqa = db.Model("gqa", db.model("llama-2-7b").family, dict(config, kv_heads=8))
+    mha = db.Model("mha", db.model("llama-2-7b").family, config)
+    act = {}
+    for name, model in (("gqa", gqa), ("mha", mha)):
+        for kernel in ("flash", "eager"):
+            e = estimate(settings(model=model, attention=kernel, batch=1, seq=1024), target)
+            act[name, kernel] = phase(e, "backward")["activations"].point
+    assert act["gqa", "flash"] < act["mha", "flash"]
+    assert act["gqa", "eager"] == act["mha", "eager"]  # eager attention repeats K/V to every head
+
+
+def test_autocast_copies_cover_the_head_and_convolutions():
+    gpt2 = phase(est(model="gpt2", gpu="t4", batch=4, seq=512, precision="fp16-mixed"), "backward")
+    bd = db.model("gpt2").breakdown
+    assert gpt2["autocast copies"].point == 2 * bd.cast
+    assert bd.cast >= bd.linear + 50257 * 768  # the tied LM head is cast too
+    resnet = phase(est(model="resnet50", gpu="t4", batch=32, precision="fp16-mixed"), "backward")
+    assert resnet["autocast copies"].point == pytest.approx(2 * db.model("resnet50").params)
+
+
+def test_lora_over_fp32_weights_keeps_frozen_autocast_copies():
+    kw = dict(model="llama-2-7b", gpu="h200", batch=1, seq=512, precision="bf16-mixed", lora=16)
+    assert phase(est(**kw), "backward")["autocast copies"].point == 2 * db.model("llama-2-7b").breakdown.cast
+    ckpt = phase(est(checkpointing="on", **kw), "backward")["autocast copies"].point
+    assert ckpt == pytest.approx(2 * db.model("llama-2-7b").breakdown.cast / 32)  # one block at a time
+
+
+def test_decoder_length_is_an_input():
+    target = db.resolve_target("a100-80gb")
+    short = estimate(settings(model="t5-base", seq=512, decoder_seq=64), target)
+    long = estimate(settings(model="t5-base", seq=512, decoder_seq=512), target)
+    assert (
+        phase(long, "backward")["logits buffer"].point == 8 * phase(short, "backward")["logits buffer"].point
+    )
+    assert phase(long, "backward")["activations"].point > phase(short, "backward")["activations"].point
+
+
+@pytest.mark.parametrize(
+    "gpu,low,point", [("t4", 135, 300), ("v100-16gb", 300, 1343), ("h100-sxm", 300, 500)]
+)
+def test_cuda_context_is_per_gpu_with_its_spread(gpu, low, point):
+    e = est(model="gpt2", gpu=gpu, batch=1, seq=128)
+    assert e.context_range[0] == low * 1024**2 and e.context == point * 1024**2
+    assert e.context_range[1] >= e.context
+
+
+def test_verdict_is_tight_whenever_the_interval_crosses_capacity():
+    kw = dict(model="llama-2-7b", mode="inference", batch=1, seq=512, precision="bf16")
+    probe = est(gpu="80GiB", **kw)
+    ctx_lo, ctx_hi = probe.context_range
+    reserve = 0.02
+
+    def at(capacity_bytes):
+        return est(gpu=f"{capacity_bytes / GIB:.6f}GiB", **kw)
+
+    fits_at = (probe.upper + ctx_hi) / (1 - reserve) + GIB
+    assert at(fits_at).verdict == "fits"
+    # the upper end fits beside a typical context but not beside the largest one: never "fits"
+    between = (probe.upper + (probe.context + ctx_hi) / 2) / (1 - reserve)
+    assert at(between).verdict == "tight"
+    oom_at = (probe.lower + ctx_lo) / (1 - reserve) - GIB
+    assert at(oom_at).verdict == "oom"
+
+
+def test_generation_kv_cache_uses_mla_cached_size():
+    e = est(model="deepseek-v3", gpu="8xh200", mode="generate", batch=1, context=4096, precision="bf16")
+    d = db.model("deepseek-v3").dims
+    assert d.kv_cache_dim == 128 * (192 + 128) // 2
+    assert e.term("KV cache").point == 2 * 61 * d.kv_cache_dim * 4096 * 1 * 2
+
+
+def test_alpaca_lora_style_run_fits_a_24gb_card():
+    """8-bit base, LoRA r=8 on q/v, micro-batch 4 x 256 tokens, checkpointing: one RTX 4090."""
+    e = est(model="llama-2-7b", gpu="rtx4090", batch=4, seq=256, precision="int8", lora=8, checkpointing="on")
+    assert e.verdict == "fits"
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "qwen3-30b-a3b",
+        "gpt-oss-20b",
+        "gemma-3-27b",
+        "flux.1-dev",
+        "sdxl-unet",
+        "dinov2-large",
+        "whisper-large-v3",
+        "llama-4-scout-17b-16e",
+        "sd3-medium",
+    ],
+)
+def test_new_families_estimate_in_every_mode(model):
+    for mode in ("train", "inference"):
+        e = est(model=model, gpu="b300", mode=mode, batch=1, precision="bf16")
+        assert 0 < e.lower <= e.point <= e.upper

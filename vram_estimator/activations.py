@@ -1,0 +1,277 @@
+"""What autograd keeps between forward and backward, per kind of model.
+
+Coefficients (``data/coefficients.json``) are bytes per token per block fitted to saved-tensor
+measurements of fully trainable stacks (``calibration/measure_activations.py``).  Two structural
+corrections are applied on top, both from how autograd decides what to save:
+
+* **frozen weights** (LoRA): a linear saves its input only for its weight's gradient, and a
+  Python RMSNorm (``weight * x``) saves its normalised input only for the weight's gradient; so
+  under LoRA the inputs of linears whose role (q/k/v, o, up/gate, down) has no adapter, the norm
+  copies and the LM head's input are not kept;
+* **KV heads**: flash and memory-efficient kernels save K and V at the model's KV heads, eager /
+  math attention at the query heads (``repeat_kv``); the fit held KV = heads / 2.
+
+Eager and math attention keep the score matrix (the ``s`` coefficient); flash / memory-efficient
+kernels do not.  The kernel comes from :data:`KERNEL_KEEPS_SCORES`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Dict, FrozenSet, Optional
+
+from .registry import DOWN, OUT, QKV, UP, Dims
+
+# attention setting -> does the kernel keep the (batch, heads, s, s) probabilities for backward?
+KERNEL_KEEPS_SCORES = {"eager": True, "math": True, "sdpa": False, "flash": False}
+# ... and does it save K/V at the query heads (repeat_kv materialised)?
+KERNEL_REPEATS_KV = {"eager": True, "math": True, "sdpa": False, "flash": False}
+
+HALF = ("bf16", "fp16", "int8", "nf4")
+MIXED = ("bf16-mixed", "fp16-mixed")
+
+
+def precision_class(precision: str) -> str:
+    """Which coefficient set applies: fp32, mixed (autocast over fp32 weights), half."""
+    if precision in MIXED:
+        return "mixed"
+    if precision in HALF:
+        return "half"
+    return "fp32"
+
+
+@lru_cache(maxsize=None)
+def coefficients() -> Dict[str, Any]:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "coefficients.json")
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@dataclass(frozen=True)
+class Acts:
+    """Stored bytes for backward, one block's working set, a note, and whether measured."""
+
+    stored: float
+    one_block: float
+    note: str
+    measured: bool
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The inputs of the activation term."""
+
+    dims: Dims
+    style: Optional[str]
+    capabilities: FrozenSet[str]
+    config: Dict[str, Any]
+    batch: int
+    seq: int
+    image: int
+    precision: str
+    attention: str
+    checkpointing: bool
+    dec_seq: int = 0
+    frozen_roles: FrozenSet[str] = frozenset()  # roles of block linears without a gradient
+    frozen: bool = False  # base weights (norms, head) frozen: a LoRA run
+    per_image: float = 0.0  # CNNs: measured bytes per image at 224 px (0: per-parameter default)
+    params: int = 0
+
+    @property
+    def pc(self) -> str:
+        return precision_class(self.precision)
+
+    @property
+    def linear_input_bytes(self) -> int:
+        """What a linear saves as its input: the autocast copy (2 B) or the fp32 activation."""
+        return 4 if self.pc == "fp32" else 2
+
+    @property
+    def norm_bytes(self) -> int:
+        return 2 if self.pc == "half" else 4
+
+
+_ROLE_WIDTH = {QKV: "hidden", OUT: "q_dim", UP: "hidden", DOWN: "ff"}
+
+
+def frozen_saving(shape: Shape) -> float:
+    """Bytes per token per block not kept because weights are frozen (see the module doc)."""
+    if not shape.frozen:
+        return 0.0
+    d = shape.dims
+    saving = sum(getattr(d, _ROLE_WIDTH[r]) for r in shape.frozen_roles) * shape.linear_input_bytes
+    if "rmsnorm" in shape.capabilities:
+        saving += shape.config.get("norms_per_layer", 2) * d.hidden * shape.norm_bytes
+    return saving
+
+
+def _gqa_correction(shape: Shape) -> float:
+    """K and V at the KV heads under flash / memory-efficient kernels, vs the fit's KV = H/2."""
+    if shape.style != "decoder_gated" or KERNEL_REPEATS_KV.get(shape.attention, False):
+        return 0.0
+    ratio = coefficients()["transformer"]["decoder_gated"].get("kv_ratio_fit", 0.5)
+    return 2.0 * shape.linear_input_bytes * (shape.dims.kv_dim - ratio * shape.dims.q_dim)
+
+
+def layer_bytes(co: Dict[str, float], shape: Shape, s: int) -> float:
+    """Saved bytes per token for one fully trainable block, corrected for kernel and KV heads."""
+    d = shape.dims
+    per = co["h"] * d.hidden + co["ff"] * d.ff + co.get("q", 0.0) * d.q_dim
+    if KERNEL_KEEPS_SCORES.get(shape.attention, False):
+        per += co["s"] * d.heads * s + co.get("eq", 0.0) * d.q_dim
+    else:
+        per += co.get("sq", 0.0) * d.q_dim + _gqa_correction(shape)
+    return per
+
+
+def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int) -> Acts:
+    co = coefficients()["transformer"][style][shape.pc]
+    d = shape.dims
+    per_layer = max(0.0, layer_bytes(co, shape, s) - frozen_saving(shape))
+    one = per_layer * tokens
+    if shape.checkpointing:
+        ss = co.get("ckpt_ss", 0.0) + (
+            co.get("eager_ckpt_ss", 0.0) if KERNEL_KEEPS_SCORES.get(shape.attention) else 0.0
+        )
+        resid = 2 if shape.pc == "half" else 4
+        stored = layers * (co.get("ckpt", resid) * d.hidden + ss * s) * tokens
+        stored += (co.get("ckpt_final", co.get("final", 0.0)) * d.hidden + co.get("ckpt_tok", 0.0)) * tokens
+        return Acts(stored, one, "", True)
+    final = co.get("final", 0.0) * d.hidden - (shape.linear_input_bytes * d.hidden if shape.frozen else 0.0)
+    stored = layers * one + (max(0.0, final) + co.get("tok", 0.0)) * tokens
+    return Acts(stored, one, "", True)
+
+
+def _decoder(shape: Shape) -> Acts:
+    tokens = shape.batch * shape.seq
+    a = _stack(shape, shape.style or "decoder_gated", shape.dims.layers, tokens, shape.seq)
+    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens", True)
+
+
+def _encoder(shape: Shape) -> Acts:
+    tokens = shape.batch * shape.seq
+    a = _stack(shape, "encoder", shape.dims.layers, tokens, shape.seq)
+    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens", True)
+
+
+def _encdec(shape: Shape) -> Acts:
+    """Fitted on BART: per-token terms of each stack (the encoder's cross-attention K/V folded
+    into the encoder term), self- and cross-attention score terms under eager/math kernels."""
+    co = coefficients()["encdec"][shape.pc]
+    d = shape.dims
+    S, D, b = shape.seq, shape.dec_seq, shape.batch
+    Le, Ld, te, td = d.layers, d.dec_layers, b * S, b * D
+    cut = frozen_saving(shape)
+    enc_layer = co["enc_h"] * d.hidden + co["enc_ff"] * d.ff - cut
+    dec_layer = co["dec_h"] * d.hidden + co["dec_ff"] * d.ff - 1.5 * cut  # + the cross-attention linears
+    if KERNEL_KEEPS_SCORES.get(shape.attention, False):
+        enc_layer += co.get("enc_s", 0.0) * d.heads * S
+        dec_layer += co.get("dec_s", 0.0) * d.heads * D + co.get("x_s", 0.0) * d.heads * S
+    enc_layer, dec_layer = max(0.0, enc_layer), max(0.0, dec_layer)
+    one = max(enc_layer * te, dec_layer * td)
+    if shape.checkpointing:
+        stored = co["ckpt"] * d.hidden * (Le * te + Ld * td)
+        stored += (co.get("ckpt_tok", 0.0) + co.get("ckpt_final", 0.0) * d.hidden) * (te + td)
+        return Acts(stored, one, "encoder + decoder block inputs", True)
+    stored = Le * te * enc_layer + Ld * td * dec_layer + (co["tok"] + co["final"] * d.hidden) * (te + td)
+    return Acts(stored, one, f"{Le}+{Ld} blocks x {b}x{S}/{D} tokens", True)
+
+
+def _patches(shape: Shape) -> int:
+    return (shape.image // shape.dims.patch) ** 2 + 1
+
+
+def _vit(shape: Shape) -> Acts:
+    n = _patches(shape)
+    a = _stack(shape, "vit", shape.dims.layers, shape.batch * n, n)
+    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{n} patches", True)
+
+
+def _clip(shape: Shape) -> Acts:
+    """The vision tower as a ViT plus the 77-token text tower as an encoder."""
+    vision = _vit(shape)
+    t = shape.config["text"]
+    text_dims = Dims(hidden=t["hidden"], heads=t["heads"], head_dim=t["hidden"] // t["heads"], ff=t["ff"])
+    text_shape = Shape(
+        text_dims,
+        "encoder",
+        shape.capabilities,
+        t,
+        shape.batch,
+        t["positions"],
+        0,
+        shape.precision,
+        shape.attention,
+        shape.checkpointing,
+    )
+    co = coefficients()["transformer"]["encoder"][shape.pc]
+    per = layer_bytes(co, text_shape, t["positions"]) * shape.batch * t["positions"]
+    stored = vision.stored + per * (1 if shape.checkpointing else t["layers"])
+    note = vision.note + f" + text {t['layers']} blocks x {shape.batch}x{t['positions']}"
+    return Acts(stored, vision.one_block, note, True)
+
+
+def _cnn(shape: Shape) -> Acts:
+    """Measured bytes per image at 224 px scaled by pixels; unmeasured CNNs use bytes per
+    parameter (wider interval).  Checkpointing over stages keeps stage inputs."""
+    table = coefficients()["cnn"]
+    per_image = shape.per_image or table["_default_per_param"][shape.pc] * (shape.params or 25e6)
+    stored = per_image * (shape.image / 224.0) ** 2 * shape.batch
+    note = f"{shape.batch} images at {shape.image}px"
+    if shape.checkpointing:
+        return Acts(stored * 0.35, stored * 0.25, note, bool(shape.per_image))
+    return Acts(stored, stored * 0.25, note, bool(shape.per_image))
+
+
+def _unet(shape: Shape) -> Acts:
+    """Bytes per latent pixel estimated from published SD-1.5 fine-tuning peaks (unmeasured)."""
+    latent = (shape.image // shape.config.get("latent_factor", 8)) ** 2
+    stored = coefficients()["unet"][shape.pc] * latent * shape.batch
+    note = f"{shape.batch} latents at {shape.image}px"
+    if shape.checkpointing:
+        return Acts(stored * 0.3, stored * 0.15, note, False)
+    return Acts(stored, stored * 0.15, note, False)
+
+
+def _dit(shape: Shape) -> Acts:
+    """Image tokens of the latent ((image / 8 / patch)^2) plus the text tokens, through every
+    stream of every block with the encoder coefficients (GELU MLP, LayerNorm); unmeasured."""
+    tokens_per_sample = (shape.image // 8 // max(1, shape.dims.patch)) ** 2 + shape.dims.text_tokens
+    a = _stack(shape, "encoder", shape.dims.layers, shape.batch * tokens_per_sample, tokens_per_sample)
+    note = f"{shape.dims.layers} block streams x {shape.batch}x{tokens_per_sample} tokens"
+    return Acts(a.stored, a.one_block, note, False)
+
+
+ACTIVATION_MODELS: Dict[str, Callable[[Shape], Acts]] = {
+    "decoder": _decoder,
+    "encoder": _encoder,
+    "encdec": _encdec,
+    "vit": _vit,
+    "clip": _clip,
+    "cnn": _cnn,
+    "unet": _unet,
+    "dit": _dit,
+}
+
+# kinds whose no-grad working set is one transformer block at a time
+_BLOCK_KINDS = {"decoder": "seq", "encoder": "seq", "encdec": "seq", "vit": "patches", "clip": "patches"}
+
+
+def inference_workspace(kind: str, shape: Shape) -> Optional[float]:
+    """Transient bytes of one block under no_grad: the block input, q/k/v/attention output, the
+    MLP intermediates (3 ff-wide tensors for a gated MLP, 2 otherwise) and, under eager / math
+    attention, the fp32 score matrix plus its half copy.  None for kinds without blocks."""
+    tokens_from = _BLOCK_KINDS.get(kind)
+    if tokens_from is None:
+        return None
+    seq = _patches(shape) if tokens_from == "patches" else shape.seq
+    d = shape.dims
+    ab = 4 if shape.pc == "fp32" else 2
+    ff_tensors = 3 if "gated-mlp" in shape.capabilities else 2
+    per = ab * (3 * d.hidden + ff_tensors * d.ff + 2 * d.q_dim + 2 * d.kv_dim)
+    if KERNEL_KEEPS_SCORES.get(shape.attention, False):
+        per += (4 + ab) * d.heads * seq
+    return per * shape.batch * seq

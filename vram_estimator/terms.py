@@ -1,0 +1,396 @@
+"""One function per memory term.  Each takes the resolved :class:`Setup` and returns a
+:class:`Term` (bytes as ``lower, point, upper``) or None when the term does not apply.
+
+Which phase of a step a term is alive in is in :data:`PHASES_OF`; the estimator sums each phase
+and takes the maximum (see ``estimate.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, FrozenSet, Optional, Tuple
+
+from . import db
+from .activations import Acts, Shape, coefficients, precision_class
+
+GIB = 1024**3
+
+FORWARD, BACKWARD, STEP = "forward", "backward", "optimizer step"
+
+
+@dataclass
+class Term:
+    name: str
+    lower: float
+    point: float
+    upper: float
+    note: str = ""
+    dynamic: bool = False  # allocated and freed every step: what the allocator fragments
+    allocator: bool = False  # reserved by the caching allocator, not allocated to a tensor
+
+    def scaled(self, lo: float, hi: float) -> "Term":
+        return replace(self, lower=self.lower * lo, upper=self.upper * hi)
+
+    def times(self, k: float) -> "Term":
+        return replace(self, lower=self.lower * k, point=self.point * k, upper=self.upper * k)
+
+
+def exact(name: str, value: float, note: str = "", spread: Tuple[float, float] = (1.0, 1.0), dynamic=False):
+    return Term(name, value * spread[0], value, value * spread[1], note, dynamic)
+
+
+@dataclass
+class Setup:
+    """Resolved inputs of one estimate, with what was guessed."""
+
+    model: db.Model
+    exact: bool
+    mode: str
+    precision: str
+    batch: int
+    seq: int
+    dec_seq: int
+    image: int
+    world: int
+    sharding: str
+    offload: str
+    checkpointing: bool
+    attention: str
+    lora: int
+    lora_targets: Optional[Tuple[str, ...]]
+    optimizer: str
+    context_tokens: int
+    foreach: bool = True  # torch's default multi-tensor optimizer step (fused / per-tensor: False)
+    grads_persist: bool = False  # gradient accumulation, or zero_grad(set_to_none=False) (torch 1.x)
+    guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
+    notes: list = field(default_factory=list)
+
+    @property
+    def train(self) -> bool:
+        return self.mode == "train"
+
+    @property
+    def pc(self) -> str:
+        return precision_class(self.precision)
+
+    @property
+    def quantised(self) -> bool:
+        return self.precision in ("int8", "nf4")
+
+    @property
+    def sharded_weights(self) -> bool:
+        return self.sharding in ("zero3", "fsdp") and self.world > 1
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.sharding in ("zero1", "zero2", "zero3")
+
+    @property
+    def sharded_states(self) -> bool:
+        return self.sharding in ("zero1", "zero2", "zero3", "fsdp") and self.world > 1
+
+    @property
+    def sharded_grads(self) -> bool:
+        return self.sharding in ("zero2", "zero3", "fsdp") and self.world > 1
+
+    def chosen_lora(self):
+        """The block linears LoRA adapts: the named ones, all of them, or PEFT's defaults."""
+        bd = self.model.breakdown
+        targets = self.lora_targets
+        if targets and targets != ("all-linear",):
+            names = {t.lower() for t in targets}
+            return [
+                t
+                for t in bd.lora_targets
+                if t.name.lower() in names or t.name.split(".")[-1].lower() in names
+            ]
+        if not targets:
+            return [t for t in bd.lora_targets if t.name in set(bd.default_lora)]
+        return list(bd.lora_targets)
+
+    @property
+    def lora_params(self) -> int:
+        if not self.lora:
+            return 0
+        d = self.model.dims
+        layers = (d.layers + (d.dec_layers if "two-stacks" in self.model.traits else 0)) or 1
+        return int(layers * sum(self.lora * (t.fan_in + t.fan_out) for t in self.chosen_lora()))
+
+    @property
+    def trainable(self) -> int:
+        if not self.train:
+            return 0
+        return self.lora_params if self.lora else self.model.breakdown.total
+
+    def shape(self) -> Shape:
+        frozen_roles: FrozenSet[str] = frozenset()
+        if self.lora:
+            targeted = {t.role for t in self.chosen_lora()}
+            frozen_roles = frozenset({"qkv", "o", "up", "down"} - targeted)
+        cnn = coefficients()["cnn"].get(self.model.key, {})
+        measured_cnn = str(cnn.get("source", "")).startswith("measured")
+        per_image = cnn.get(self.pc, 0.0) if cnn and (measured_cnn or "source" in cnn) else 0.0
+        return Shape(
+            dims=self.model.dims,
+            style=self.model.family.style,
+            capabilities=self.model.capabilities,
+            config=self.model.config,
+            batch=self.batch,
+            seq=self.seq,
+            image=self.image,
+            precision=self.precision,
+            attention=self.attention,
+            checkpointing=self.checkpointing and self.train,
+            dec_seq=self.dec_seq,
+            frozen_roles=frozen_roles,
+            frozen=bool(self.lora) and self.train,
+            per_image=per_image if measured_cnn else 0.0,
+            params=self.model.breakdown.total,
+        )
+
+
+# --------------------------------------------------------------------------- static terms
+
+
+def weights(s: Setup) -> Term:
+    """Parameters as stored: fp32 (also under autocast), half, or 4/8-bit linears with the
+    embeddings, norms and head in bf16 (fp32 after ``prepare_model_for_kbit_training``: the
+    upper end); LoRA adapters in fp32; sharded by ZeRO-3/FSDP; 0 when offloaded."""
+    bd = s.model.breakdown
+    upper_extra = 0.0
+    if s.quantised:
+        per = 1.0 if s.precision == "int8" else 0.5 + 1.0 / 64  # nf4 + double-quantised absmax
+        rest = bd.total - bd.linear
+        value = per * bd.linear + 2.0 * rest
+        upper_extra = 2.0 * rest if s.train else 0.0
+        note = f"{s.precision} linear layers, bf16 rest"
+    else:
+        value = (2.0 if s.pc == "half" else 4.0) * bd.total
+        note = "fp32" if s.pc != "half" else s.precision
+    if s.lora:
+        value += (4 if (s.quantised or s.pc != "half") else 2) * s.lora_params
+        note += f" + LoRA r={s.lora} ({s.lora_params / 1e6:.1f}M)"
+    if s.offload in ("param", "both") and s.sharding in ("zero3", "fsdp"):
+        return Term("weights", 0.0, 0.0, 0.0, "offloaded to the host")
+    if s.sharded_weights:
+        value, upper_extra = value / s.world, upper_extra / s.world
+        note += f" /{s.world}"
+    spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
+    return Term("weights", value * spread[0], value, (value + upper_extra) * spread[1], note)
+
+
+def gathered_params(s: Setup) -> Optional[Term]:
+    """ZeRO-3/FSDP: the current and the prefetched block gathered in full."""
+    offloaded = s.offload in ("param", "both") and s.sharding in ("zero3", "fsdp")
+    if not (s.sharded_weights or offloaded):
+        return None
+    per_param = 2.0 if s.pc == "half" else 4.0
+    block = per_param * s.model.breakdown.total / max(1, s.model.dims.layers or 1)
+    return Term("gathered params", block, 2 * block, 3 * block, "ZeRO-3/FSDP working set")
+
+
+def _gradient_bytes(s: Setup) -> float:
+    return 2.0 if (s.pc == "half" and not s.quantised) else 4.0
+
+
+def gradients(s: Setup) -> Optional[Term]:
+    if not s.train:
+        return None
+    per = _gradient_bytes(s)
+    g = per * s.trainable / (s.world if s.sharded_grads else 1)
+    spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
+    return exact("gradients", g, f"{per:.0f} B x {s.trainable / 1e6:,.1f}M trainable", spread, dynamic=True)
+
+
+def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
+    """Optimizer state bytes per trainable parameter."""
+    return _STATE_BYTES.get(optimizer, lambda b, h: 0.0)(state_bytes, hidden)
+
+
+_STATE_BYTES = {
+    "adamw": lambda b, h: 2.0 * b,
+    "adam": lambda b, h: 2.0 * b,
+    "paged-adamw": lambda b, h: 2.0 * b,
+    "adamw-8bit": lambda b, h: 2.0 + 8.0 / 2048,  # two uint8 states + an fp32 absmax per 2048 values each
+    "paged-adamw-8bit": lambda b, h: 2.0 + 8.0 / 2048,
+    "lion": lambda b, h: float(b),
+    "lion-8bit": lambda b, h: 1.0,
+    "sgd-momentum": lambda b, h: float(b),
+    "adafactor": lambda b, h: 4.0 * 2.0 / max(h, 64),  # factored second moment: a row and a column
+}
+
+# transient state-sized lists of torch's foreach implementations during step() (fraction of the
+# states' dtype x trainable): AdamW's sqrt(exp_avg_sq) list; Adam with weight decay also copies
+# the gradients.  Fused / bitsandbytes / DeepSpeed optimizers work per tensor (lower end 0).
+_STEP_TEMPORARIES = {
+    "adamw": (0.0, 1.0, 1.0),
+    "adam": (0.0, 1.0, 2.0),
+    "paged-adamw": (0.0, 1.0, 1.0),
+    "sgd-momentum": (0.0, 0.0, 1.0),
+    "sgd": (0.0, 0.0, 1.0),
+}
+
+
+def _state_bytes(s: Setup) -> int:
+    return 2 if (s.pc == "half" and not s.lora and not s.deepspeed) else 4
+
+
+def optimizer_state(s: Setup) -> Optional[Term]:
+    if not s.train:
+        return None
+    o = optimizer_bytes(s.optimizer, _state_bytes(s), s.model.dims.hidden or 1024) * s.trainable
+    if s.sharded_states:
+        o /= s.world
+    if s.offload in ("optimizer", "both"):
+        o = 0.0
+    lower = 0.25 if "optimizer" in s.guessed else 1.0  # a default optimizer might be an 8-bit one
+    if s.optimizer.startswith("paged"):
+        lower = 0.0  # paged states can be evicted to host memory under pressure
+    spread = 1.0 if s.exact else 1.1
+    return Term("optimizer state", o * lower / spread, o, o * spread, s.optimizer)
+
+
+def master_copy(s: Setup) -> Optional[Term]:
+    """DeepSpeed keeps fp32 master weights beside bf16/fp16 parameters."""
+    if not (s.train and s.pc == "half" and not s.lora and not s.quantised and s.deepspeed):
+        return None
+    if s.offload in ("optimizer", "both"):
+        return None
+    m = 4.0 * s.trainable / (s.world if s.sharded_states else 1)
+    return exact("fp32 master copy", m, "mixed-precision optimizer")
+
+
+def step_temporaries(s: Setup) -> Optional[Term]:
+    """Foreach optimizer temporaries during ``step()`` (absent under DeepSpeed's fused Adam)."""
+    share = _STEP_TEMPORARIES.get(s.optimizer)
+    if not s.train or share is None or not s.foreach or s.deepspeed or s.offload in ("optimizer", "both"):
+        return None
+    base = _state_bytes(s) * s.trainable / (s.world if s.sharded_states else 1)
+    lo, pt, hi = (base * k for k in share)
+    if hi <= 0:
+        return None
+    return Term("optimizer temporaries", lo, pt, hi, f"foreach {s.optimizer} step lists", dynamic=True)
+
+
+def autocast_copies(s: Setup) -> Optional[Term]:
+    """Half-precision copies autocast makes of fp32 weights it feeds to matmuls and convolutions
+    (block linears, the LM head even when tied, convolutions), kept for backward; trainable ones
+    also sit in autocast's cache.  Under checkpointing frozen copies live one block at a time."""
+    if s.pc != "mixed" or not s.train:
+        return None
+    cast = 2.0 * s.model.breakdown.cast / (s.world if s.sharded_weights else 1)
+    if s.checkpointing and s.lora:
+        cast /= max(1, s.model.dims.layers or 1)
+    return Term(
+        "autocast copies", cast * 0.8, cast, cast, "half-precision copies of matmul/conv weights", True
+    )
+
+
+def sharding_buffers(s: Setup) -> Optional[Term]:
+    if not s.train or s.world <= 1:
+        return None
+    g = _gradient_bytes(s) * s.trainable
+    if s.sharding == "ddp":
+        return Term("ddp buckets", 0.0, g, g, "gradient bucket copy (gradient_as_bucket_view=False)")
+    if s.sharding in ("zero2", "zero3"):
+        buf = min(g, 2 * 5e8 * 2)
+        return Term("zero buffers", 0.0, buf, buf, "reduce/allgather buckets (5e8 elements)")
+    return None
+
+
+def dequant_buffer(s: Setup) -> Optional[Term]:
+    """bitsandbytes dequantises one 4/8-bit weight at a time to bf16 for the matmul."""
+    if not s.quantised:
+        return None
+    largest = max((t.fan_in * t.fan_out for t in s.model.breakdown.lora_targets), default=0)
+    b = 2.0 * largest
+    return Term("dequantised weight", b * 0.5, b, 2 * b, "one linear dequantised to bf16", True)
+
+
+# --------------------------------------------------------------------------- token terms
+
+
+def _token_spread(s: Setup, measured: bool, kind: str = "acts") -> Tuple[float, float]:
+    """How much a token-proportional term can differ from its point: the model's own error and
+    what was guessed (defaulted batch or sequence, an unknown model)."""
+    lo, hi = {"acts": (0.9, 1.1) if measured else (0.7, 1.4), "logits": (0.8, 1.2), "kv": (0.95, 1.05)}[kind]
+    if not s.exact:
+        lo, hi = lo * 0.6, hi * 1.6
+    if "batch" in s.guessed and s.train:
+        lo, hi = lo * 0.5, hi * 2.0
+    if "seq" in s.guessed and ("context" in s.guessed or s.train) and "text-tokens" in s.model.traits:
+        lo, hi = lo * 0.5, hi * 1.5
+    if "decoder_seq" in s.guessed and "two-stacks" in s.model.traits and s.train:
+        lo, hi = lo * 0.8, hi * 1.5
+    return lo, hi
+
+
+def activations(s: Setup, acts: Acts, workspace: Optional[float]) -> Term:
+    """Training: everything saved for backward (checkpointing: block inputs plus one block
+    recomputed); inference and prefill: one block's working set."""
+    if s.train:
+        point = acts.stored
+        note = acts.note + (" (checkpointed: block inputs)" if s.checkpointing else "")
+    else:
+        point = acts.one_block if workspace is None else workspace
+        note = "one block at a time (no grad): " + acts.note
+    lo, hi = _token_spread(s, acts.measured)
+    return Term("activations", point * lo, point, point * hi, note, dynamic=True)
+
+
+def backward_block(s: Setup, acts: Acts) -> Optional[Term]:
+    """During backward one block's gradients of activations (and, under checkpointing, its
+    recomputed activations) exist at a time."""
+    if not s.train:
+        return None
+    k = 2.0 if s.checkpointing else 1.0
+    b = k * acts.one_block
+    lo, hi = _token_spread(s, acts.measured)
+    return Term("backward working set", b * lo * 0.5, b, b * hi, "one block's backward", dynamic=True)
+
+
+def logits(s: Setup) -> Optional[Term]:
+    """Training: half logits held by the output, the fp32 upcast and the saved log-softmax;
+    inference: the logits; generation: last-token logits only."""
+    V = s.model.dims.vocab if "lm-head" in s.model.traits else 0
+    if not V:
+        return None
+    co = coefficients()["logits"]
+    if s.mode == "generate":
+        return exact("logits buffer", s.batch * V * 8.0, "last-token logits (fp32)", dynamic=True)
+    toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
+    lb = toks * V * (co["train"][s.pc] if s.train else co["inference"][s.pc])
+    lo, hi = _token_spread(s, True, "logits")
+    return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab", dynamic=True)
+
+
+def kv_cache(s: Setup) -> Optional[Term]:
+    """Generation: K and V per layer per token (KV heads, or MLA's cached size); encoder-
+    decoders add the cross-attention cache of the encoder output."""
+    if s.mode != "generate" or "lm-head" not in s.model.traits:
+        return None
+    d = s.model.dims
+    nbytes = 4 if s.pc == "fp32" else 2
+    context = s.context_tokens or s.seq
+    two_stacks = "two-stacks" in s.model.traits
+    layers = d.dec_layers if two_stacks else d.layers
+    kv = 2.0 * layers * d.kv_cache_dim * context * s.batch * nbytes
+    if two_stacks:
+        kv += 2.0 * layers * d.hidden * s.seq * s.batch * nbytes
+    lo, hi = _token_spread(s, True, "kv")
+    note = f"2 x {layers} layers x {d.kv_cache_dim} per K/V x {context} tokens x {s.batch}"
+    return Term("KV cache", kv * lo, kv, kv * hi, note, dynamic=True)
+
+
+def fragmentation(dynamic: Term, gpu_figures: Dict[str, Any]) -> Term:
+    """What the caching allocator reserves beyond what is allocated, as a share of the terms
+    allocated and freed every step (per-GPU figures, ``data/gpus.json`` calibration)."""
+    lo, pt, hi = gpu_figures["fragmentation"]
+    return Term(
+        "fragmentation",
+        dynamic.lower * lo,
+        dynamic.point * pt,
+        dynamic.upper * hi,
+        "caching-allocator slack",
+        allocator=True,
+    )
