@@ -39,10 +39,6 @@ from .setting_names import dtype_name, interpret
 MAX_CHAIN = 64  # longer attribute/call chains are never names we know
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
-# CLI libraries whose target function's defaults are the run's settings
-ENTRY_CALLS = ("fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli", "litgpt.utils.CLI")
-ENTRY_DECORATORS = ("click.command", "click.group", "typer.Typer")
-
 
 @dataclass
 class ScriptFacts:
