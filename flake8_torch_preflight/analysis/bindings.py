@@ -22,73 +22,83 @@ def scan_bindings(body: List[ast.stmt]):
     An accumulation (`acc += v`, `acc = acc + v`) does not count as a rebind: the container
     or accumulator still comes from before the loop.
     """
-    names: Set[str] = set()
-    rebinds: Dict[ast.AST, Set[str]] = {}
-    writes: Dict[ast.AST, Set[str]] = {}
-    stack: List[ast.AST] = []
+    scan = _BindingScan()
+    scan.visit(body)
+    return scan.names, scan.rebinds, scan.writes
 
-    def written_into(target: ast.AST) -> None:
-        """`x.a[i] = …` writes into `x.a[i]`, `x.a` and `x`."""
+
+class _BindingScan:
+    def __init__(self) -> None:
+        self.names: Set[str] = set()
+        self.rebinds: Dict[ast.AST, Set[str]] = {}
+        self.writes: Dict[ast.AST, Set[str]] = {}
+        self.loops: List[ast.AST] = []   # the loops being visited, outermost first
+
+    def visit(self, statements) -> None:
+        for stmt in statements:
+            if isinstance(stmt, _DEFS):
+                self.bound(stmt.name)
+                continue
+            self.statement(stmt)
+            if isinstance(stmt, _LOOPS):
+                self.loop(stmt)
+                continue
+            for child in _child_bodies(stmt):
+                self.visit(child)
+
+    def statement(self, stmt: ast.stmt) -> None:
+        if isinstance(stmt, ast.Assign):
+            accumulates = isinstance(stmt.value, ast.BinOp)
+            for target in stmt.targets:
+                self.written_into(target)
+                for text in _target_texts(target):
+                    self.bound(text, accumulates and _reads(stmt.value, text))
+        elif isinstance(stmt, ast.AnnAssign):
+            self.written_into(stmt.target)
+            for text in _target_texts(stmt.target):
+                self.bound(text)
+        elif isinstance(stmt, ast.AugAssign):
+            self.written_into(stmt.target, augmented=True)
+            for text in _target_texts(stmt.target):
+                self.bound(text, accumulation=True)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for alias in stmt.names:
+                self.bound((alias.asname or alias.name).split(".", 1)[0])
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    for text in _target_texts(item.optional_vars):
+                        self.bound(text)
+
+    def loop(self, loop) -> None:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            for text in _target_texts(loop.target):
+                self.bound(text)
+        self.rebinds[loop] = set()
+        self.writes[loop] = set()
+        self.loops.append(loop)
+        self.visit(loop.body)
+        self.loops.pop()
+        self.visit(loop.orelse)
+
+    def written_into(self, target: ast.AST, augmented: bool = False) -> None:
+        """`x.a[i] = …` writes into `x.a[i]`, `x.a` and `x` (`x += …` into `x`)."""
+        if not augmented and not isinstance(target, (ast.Subscript, ast.Attribute)):
+            return
         texts = []
         while isinstance(target, (ast.Subscript, ast.Attribute)):
             texts.append(dotted(target))
             target = target.value
         texts.append(dotted(target))
-        for loop in stack:
-            writes[loop].update(t for t in texts if t is not None)
+        for loop in self.loops:
+            self.writes[loop].update(t for t in texts if t is not None)
 
-    def bound(text: str, accumulation: bool = False) -> None:
+    def bound(self, text: str, accumulation: bool = False) -> None:
         if "." not in text:
-            names.add(text)
+            self.names.add(text)
         if not accumulation:
-            for loop in stack:
-                rebinds[loop].add(text)
-
-    def visit(statements) -> None:
-        for stmt in statements:
-            if isinstance(stmt, _DEFS):
-                bound(stmt.name)
-                continue
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-                for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
-                    if isinstance(target, (ast.Subscript, ast.Attribute)):
-                        written_into(target)
-            if isinstance(stmt, ast.Assign):
-                accumulates = isinstance(stmt.value, ast.BinOp)
-                for target in stmt.targets:
-                    for text in _target_texts(target):
-                        bound(text, accumulates and _reads(stmt.value, text))
-            elif isinstance(stmt, ast.AnnAssign):
-                for text in _target_texts(stmt.target):
-                    bound(text)
-            elif isinstance(stmt, ast.AugAssign):
-                written_into(stmt.target)
-                for text in _target_texts(stmt.target):
-                    bound(text, accumulation=True)
-            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                for alias in stmt.names:
-                    bound((alias.asname or alias.name).split(".", 1)[0])
-            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-                for item in stmt.items:
-                    if item.optional_vars is not None:
-                        for text in _target_texts(item.optional_vars):
-                            bound(text)
-            if isinstance(stmt, _LOOPS):
-                if isinstance(stmt, (ast.For, ast.AsyncFor)):
-                    for text in _target_texts(stmt.target):
-                        bound(text)
-                rebinds[stmt] = set()
-                writes[stmt] = set()
-                stack.append(stmt)
-                visit(stmt.body)
-                stack.pop()
-                visit(stmt.orelse)
-                continue
-            for child in _child_bodies(stmt):
-                visit(child)
-
-    visit(body)
-    return names, rebinds, writes
+            for loop in self.loops:
+                self.rebinds[loop].add(text)
 
 
 def _child_bodies(stmt: ast.stmt):

@@ -8,7 +8,7 @@ facts the flow analysis computed once; answers are memoised per `FileAnalysis`.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from . import values as V
 from .astutil import iterated_expr

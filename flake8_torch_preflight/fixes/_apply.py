@@ -44,6 +44,9 @@ class _Batch(cst.CSTTransformer):
         return updated_node
 
 
+Planned = List[Tuple[Finding, List[Edit]]]
+
+
 def apply_fixes(source: str, filename: str = "<stdin>",
                 keep: Optional[Callable[[Finding], bool]] = None) -> FixResult:
     if has_skip_file_comment(source.splitlines(True)):
@@ -65,39 +68,48 @@ def apply_fixes(source: str, filename: str = "<stdin>",
         return result
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     ctx = Context(source, filename, tree, module, dict(wrapper.resolve(PositionProvider)))
-    planned: List[Tuple[Finding, List[Edit]]] = []
+    planned = _plan_edits(ctx, wanted, result)
+    if planned:
+        _apply_confirmed(module, filename, Counter(f.code for f in all_findings), planned, result)
+    return result
+
+
+def _plan_edits(ctx: Context, wanted: Sequence[Finding], result: FixResult) -> Planned:
+    """Each finding's edits from its fixer; a fixer that declines or fails skips it."""
+    planned: Planned = []
     for finding in wanted:
         try:
             edits = FIXERS[finding.plan.kind](ctx, finding.plan)
         except Exception as exc:  # a fixer bug must not lose the user's file
-            edits = None
             result.skipped.append((finding, f"fixer failed: {type(exc).__name__}"))
             continue
         if edits:
             planned.append((finding, edits))
         else:
             result.skipped.append((finding, "no safe automatic fix at this site"))
-    if not planned:
-        return result
-    baseline = Counter(f.code for f in all_findings)
+    return planned
+
+
+def _apply_confirmed(module: cst.Module, filename: str, baseline: Counter, planned: Planned,
+                     result: FixResult) -> None:
+    """All edits at once when re-linting confirms them; otherwise one at a time, keeping
+    the ones that are confirmed."""
     new = _render(module, planned)
     if new is not None and _confirmed(new, filename, baseline, planned):
         result.source, result.fixed = new, [f for f, _ in planned]
-        return result
-    accepted: List[Tuple[Finding, List[Edit]]] = []   # one at a time: keep the good ones
-    best = source
+        return
+    accepted: Planned = []
     for item in planned:
         trial = _render(module, accepted + [item])
         if trial is not None and _confirmed(trial, filename, baseline, accepted + [item]):
             accepted.append(item)
-            best = trial
+            result.source = trial
         else:
             result.skipped.append((item[0], "re-lint did not confirm the fix; left as is"))
-    result.source, result.fixed = best, [f for f, _ in accepted]
-    return result
+    result.fixed = [f for f, _ in accepted]
 
 
-def _render(module: cst.Module, planned: Sequence[Tuple[Finding, List[Edit]]]) -> Optional[str]:
+def _render(module: cst.Module, planned: Planned) -> Optional[str]:
     edits = [edit for _, group in planned for edit in group]
     try:
         new_module = module.visit(_Batch(edits))
@@ -109,8 +121,7 @@ def _render(module: cst.Module, planned: Sequence[Tuple[Finding, List[Edit]]]) -
         return None
 
 
-def _confirmed(new: str, filename: str, baseline: Counter,
-               planned: Sequence[Tuple[Finding, List[Edit]]]) -> bool:
+def _confirmed(new: str, filename: str, baseline: Counter, planned: Planned) -> bool:
     """Parses, no code got more findings, and each fixed code lost at least its fixes."""
     try:
         tree = ast.parse(new, filename=filename)

@@ -50,8 +50,8 @@ hooks (Lightning disables grad), in HF `Trainer` subclasses (but an `evaluate`,
 `prediction_step`, `evaluation_loop` or `predict` override that never calls `super()` is
 judged like any evaluation function: the Trainer's `no_grad` lived in what it replaced), when any
 caller in the same file wraps the call in `no_grad` (one level up), when the scope runs a
-backward or differentiates with `torch.autograd.grad`, for `test_*` functions with no loop (model-file smoke tests), and for calls of a
-parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
+backward or differentiates with `torch.autograd.grad`, for `test_*` functions with no loop
+(model-file smoke tests), and for calls of a parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
 Quiet as well when the forward's output reaches a backward somewhere in the file, or the
 function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
 Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one

@@ -126,7 +126,6 @@ def _submodule(access: Access) -> Optional[Value]:
     return None if access.attr in _NOT_SUBMODULES else Value.of(V.MODULE)
 
 
-
 def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) -> Value:
     """What `module(x)` returns: a fresh graph (unless autograd is off) holding raw logits,
     or the activation its forward ends in, or a loss; `result` is what the forward's own
