@@ -199,6 +199,7 @@ def evaluate() -> Dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="refit the default fragmentation on the fit set")
+    parser.add_argument("--docs", action="store_true", help="rewrite the generated block in docs/vram.md")
     args = parser.parse_args()
     if args.fit:
         print("fitted default fragmentation:", fit_fragmentation(load("published_fit.json")["runs"]))
@@ -208,6 +209,30 @@ def main() -> None:
         print()
     with open(os.path.join(HERE, "evaluation.json"), "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=1)
+    if args.docs:
+        write_docs_block(report)
+
+
+DOCS = os.path.join(ROOT, "docs", "vram.md")
+BEGIN, END = "<!-- calibration/evaluate.py: begin -->", "<!-- calibration/evaluate.py: end -->"
+
+
+def docs_block(report: Dict[str, Any]) -> str:
+    """The evaluation as docs/vram.md shows it: the held-out set first, then the fit set."""
+    parts = [
+        markdown(name, report[name]["rows"], report[name]["summary"], report[name]["rates"])
+        for name in ("held-out", "fit")
+    ]
+    return "\n\n".join(parts)
+
+
+def write_docs_block(report: Dict[str, Any]) -> None:
+    with open(DOCS, encoding="utf-8") as handle:
+        text = handle.read()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(DOCS, "w", encoding="utf-8") as handle:
+        handle.write(f"{head}{BEGIN}\n{docs_block(report)}\n{END}{tail}")
 
 
 if __name__ == "__main__":

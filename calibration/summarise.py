@@ -57,21 +57,14 @@ def main():
                 f"{r['measured'] / 2**20:.1f} | {r['estimate'] / 2**20:.1f} | {r['error_pct']:+.1f}% |"
             )
         print()
-    pub = load("published_results.json")
-    if pub:
-        print("### Published measured peaks vs our projection\n")
-        print("| run | measured MiB | projected MiB | interval MiB | error |")
-        print("|---|---:|---:|---:|---:|")
-        for r in pub["rows"]:
-            print(
-                f"| {r['id']} | {r['measured_mib']} | {r['projected_mib']} | "
-                f"{r['lower_mib']}–{r['upper_mib']} | "
-                f"{r['error_pct']:+.1f}% |"
-            )
-        print(
-            f"\nMean absolute error {pub['mae_pct']:.1f}% over {len(pub['rows'])} runs; "
-            f"{sum(r['in_interval'] for r in pub['rows'])}/{len(pub['rows'])} inside the interval."
-        )
+    evaluation = load("evaluation.json")
+    if evaluation:
+        from evaluate import markdown  # calibration/evaluate.py, beside this file
+
+        print("### Published measured peaks vs our projection (calibration/evaluate.py)\n")
+        for name, part in evaluation.items():
+            print(markdown(name, part["rows"], part["summary"], part["rates"]))
+            print()
 
 
 if __name__ == "__main__":

@@ -93,3 +93,12 @@ def test_cnn_measurements_match_coefficients():
         assert acts.measured
         assert (acts.stored - r["measured"]) / r["measured"] * 100 == pytest.approx(r["error_pct"], abs=0.02)
         assert abs(r["error_pct"]) <= 0.5
+
+
+def test_docs_block_is_generated_from_the_evaluation():
+    from calibration.evaluate import BEGIN, DOCS, END, docs_block
+
+    with open(DOCS, encoding="utf-8") as handle:
+        text = handle.read()
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert block == docs_block(load("evaluation.json")).strip()
