@@ -180,3 +180,20 @@ def test_new_families_estimate_in_every_mode(model):
     for mode in ("train", "inference"):
         e = est(model=model, gpu="b300", mode=mode, batch=1, precision="bf16")
         assert 0 < e.lower <= e.point <= e.upper
+
+
+@pytest.mark.parametrize(
+    "key", ["batch", "seq", "image", "world", "context", "lora", "grad_accum", "decoder_seq"]
+)
+def test_huge_user_numbers_are_bounded_not_overflowing(key):
+    values = settings(model="t5-small", mode="generate" if key == "context" else "train")
+    values[key] = Value(10**400, "test")
+    e = estimate(values, db.resolve_target("h100"))
+    assert e.point < float("inf") and e.lower <= e.point <= e.upper
+    assert any("bound" in n for n in e.notes)
+
+
+def test_huge_params_stand_in_is_bounded():
+    values = {"params": Value(10**400, "test"), "mode": Value("train", "test")}
+    e = estimate(values, db.resolve_target("h100"))
+    assert e.verdict == "oom" and e.params_total == 10**15

@@ -125,6 +125,34 @@ _GUESSABLE = ("batch", "seq", "context", "optimizer", "attention", "decoder_seq"
 # length), grad_accum (micro-batches per step), set_to_none (zero_grad), optimizer_foreach
 
 
+# bounds on user numbers: far past any real run, far inside float range, so no arithmetic on
+# them can overflow; a value past its bound is estimated at the bound, with a note
+_BOUNDS = {
+    "batch": 1 << 24,
+    "seq": 1 << 24,
+    "decoder_seq": 1 << 24,
+    "image": 1 << 16,
+    "world": 1 << 16,
+    "context": 1 << 26,
+    "lora": 1 << 16,
+    "grad_accum": 1 << 20,
+}
+
+
+def _number(settings: Dict[str, Value], key: str, default: int, notes: List[str]) -> int:
+    raw = setting(settings, key, default)
+    try:
+        value = int(raw or 0)
+    except (TypeError, ValueError, OverflowError):
+        notes.append(f"{key}={str(raw)[:20]} is not a number; estimated with {default}")
+        return default
+    bound = _BOUNDS[key]
+    if value > bound:
+        notes.append(f"{key} past the estimator's bound {bound}; estimated at the bound")
+        return bound
+    return max(0, value)
+
+
 def _model(settings: Dict[str, Value]) -> Tuple[db.Model, bool]:
     ref = setting(settings, "model")
     if ref:
@@ -135,33 +163,34 @@ def _model(settings: Dict[str, Value]) -> Tuple[db.Model, bool]:
 def setup(settings: Dict[str, Value]) -> Setup:
     """The estimator's view of resolved settings (see :func:`api.resolve`)."""
     model, known = _model(settings)
+    notes: List[str] = []
     mode = setting(settings, "mode", "train")
     train = mode == "train"
-    seq = int(setting(settings, "seq", 512))
-    world = max(1, int(setting(settings, "world", 1)))
-    guessed = frozenset(k for k in _GUESSABLE if is_default(settings, k))
+    seq = max(1, _number(settings, "seq", 512, notes))
+    world = max(1, _number(settings, "world", 1, notes))
     s = Setup(
         model=model,
         exact=known,
         mode=mode,
         precision=setting(settings, "precision", "fp32"),
-        batch=int(setting(settings, "batch", 1)),
+        batch=max(1, _number(settings, "batch", 1, notes)),
         seq=seq,
-        dec_seq=int(setting(settings, "decoder_seq", 0) or max(1, min(seq, 128))),
-        image=int(setting(settings, "image", model.native_image or 224)),
+        dec_seq=_number(settings, "decoder_seq", 0, notes) or max(1, min(seq, 128)),
+        image=max(1, _number(settings, "image", model.native_image or 224, notes)),
         world=world,
         sharding=setting(settings, "sharding", "ddp" if world > 1 else "none"),
         offload=setting(settings, "offload", "none"),
         checkpointing=setting(settings, "checkpointing", "off") == "on" and train,
         attention=setting(settings, "attention", "sdpa"),
-        lora=int(setting(settings, "lora", 0) or 0),
+        lora=_number(settings, "lora", 0, notes),
         lora_targets=tuple(setting(settings, "lora_targets") or ()) or None,
         optimizer=setting(settings, "optimizer", "adamw") if train else "none",
-        context_tokens=int(setting(settings, "context", 0) or 0),
+        context_tokens=_number(settings, "context", 0, notes),
         foreach=setting(settings, "optimizer_foreach", True) not in (False, "off", "false"),
-        grads_persist=int(setting(settings, "grad_accum", 1) or 1) > 1
+        grads_persist=_number(settings, "grad_accum", 1, notes) > 1
         or setting(settings, "set_to_none", True) in (False, "off", "false"),
-        guessed=guessed,
+        guessed=frozenset(k for k in _GUESSABLE if is_default(settings, k)),
+        notes=notes,
     )
     if s.quantised and train and not s.lora:
         s.lora = 8
