@@ -332,3 +332,10 @@ def test_oom_at_every_plausible_batch_stays_tpf100():
     from vram_estimator.report import flake8_message
 
     assert flake8_message(r).startswith("TPF100 [error]")
+
+
+def test_accumulation_steps_reach_the_model_side_as_grad_accum():
+    r = estimate_file(path("nanogpt_style_train.py"))
+    assert r.estimate.settings["grad_accum"].value == 40  # 5 * 8, folded
+    r = estimate_file(path("alpaca_style_finetune.py"), overrides={"model": "llama-2-7b"})
+    assert r.estimate.settings["grad_accum"].value == 32  # batch_size // micro_batch_size

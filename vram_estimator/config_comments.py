@@ -226,6 +226,8 @@ LIMITS = {
     "image": 1 << 16,
     "world": 1 << 20,
     "lora": 1 << 16,
+    "grad_accum": 1 << 20,
+    "decoder_seq": 1 << 24,
     "params": 10**15,
 }
 _MAX_TEXT = 64  # longer values are never names we know (and are not echoed in full)

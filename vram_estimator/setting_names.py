@@ -62,6 +62,8 @@ NAMES: Dict[str, NameRule] = {
     ),
     **_rules("image", "count", "image_size img_size resolution crop_size input_size image_side"),
     **_rules("new_tokens", "count", "max_new_tokens"),
+    **_rules("grad_accum", "count", "gradient_accumulation_steps grad_accum_steps accumulate_grad_batches"),
+    **_rules("decoder_seq", "count", "max_target_length max_target_len decoder_max_length"),
     **_rules("lora", "count", "lora_r lora_rank"),
     **_rules(
         "model",
