@@ -52,7 +52,10 @@ class _BindingScan:
             for target in stmt.targets:
                 self.written_into(target)
                 for text in _target_texts(target):
-                    self.bound(text, accumulates and _reads(stmt.value, text))
+                    accumulation = accumulates and _reads(stmt.value, text)
+                    self.bound(text, accumulation)
+                    if accumulation:   # `x = x + v`: the same write as `x += v`
+                        self.written_into(target, augmented=True)
         elif isinstance(stmt, ast.AnnAssign):
             self.written_into(stmt.target)
             for text in _target_texts(stmt.target):

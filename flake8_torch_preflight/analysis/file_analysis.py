@@ -36,11 +36,16 @@ class FileAnalysis:
         self.filename = filename
         self.imports = ImportTable(tree)
         self.index = FileIndex(tree, self.imports)
+        for func in self.index.functions:
+            func.home = self
+        for cls in self.index.classes.values():
+            cls.home = self
         self._facts: Dict[FunctionInfo, FunctionFacts] = {}
         self._in_progress: set = set()
         self._globals = _ModuleGlobals()
         self._module_facts: Optional[FunctionFacts] = None
         self._memos: Dict[str, Dict] = {}
+        self._others: Dict[str, Optional["FileAnalysis"]] = {}
         self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
 
     # ------------------------------------------------------------------ the file
@@ -53,8 +58,19 @@ class FileAnalysis:
         return self.imports.imports_any(*FRAMEWORK_IMPORTS[name])
 
     def other_file(self, path: str) -> Optional["FileAnalysis"]:
-        """The analysis of another file of the project (cached per process)."""
-        return workspace.analysis_of(path, FileAnalysis)
+        """The analysis of another file of the project (cached per process; kept for as long
+        as this analysis, so the functions and classes it hands out stay its own)."""
+        other = self._others.get(path)
+        if other is None and path not in self._others:
+            other = workspace.analysis_of(path, FileAnalysis)
+            self._others[path] = other
+        return other
+
+    def where(self, func: FunctionInfo, line: int) -> str:
+        """`line 12`, or `line 12 of engine.py` for a function of another file."""
+        if func.home is None or func.home is self:
+            return f"line {line}"
+        return f"line {line} of {os.path.basename(func.home.filename)}"
 
     def memo(self, topic: str) -> Dict:
         """The memo table of one question (see `memo.per_file`), as long as this analysis."""
@@ -82,6 +98,8 @@ class FileAnalysis:
         return self._globals
 
     def facts_for(self, func: FunctionInfo) -> FunctionFacts:
+        if func.home is not self and func.home is not None:
+            return func.home.facts_for(func)    # a function of another project file
         cached = self._facts.get(func)
         if cached is not None:
             return cached
@@ -108,6 +126,8 @@ class FileAnalysis:
 
     def class_attr(self, cls: ClassInfo, text: str) -> Optional[Value]:
         """What `self.x` holds, as the class's `__init__` (or a base's) leaves it."""
+        if cls.home is not self and cls.home is not None:
+            return cls.home.class_attr(cls, text)
         init = cls.method("__init__")
         if init is None or init in self._in_progress:
             return None

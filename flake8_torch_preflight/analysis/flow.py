@@ -16,12 +16,13 @@ from __future__ import annotations
 import ast
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from . import semantics
+from . import project, semantics
 from . import values as V
 from .astutil import dotted
 from .bindings import scan_bindings
 from .context import FileContext
 from .env import Env, carried_values_changed, merge_envs
+from .index import FunctionInfo
 from .events import (Backward, CallSite, Cond, Forward, FunctionFacts, LocalCall, ModeCall,
                      Site, Step, Store)
 from .semantics import Access, Call
@@ -535,8 +536,13 @@ class FlowAnalyzer:
         result = semantics.call_qualified(call)
         if result is not None:
             return result
-        from .project import instance_of   # a module class of another file (`from models import Net`)
-        return instance_of(self.a, call.qual, call.node) or self.unseen()
+        found = project.resolve(self.a, call.qual)   # `from models import Net`, `engine.train()`
+        if found is None:
+            return self.unseen()
+        target = found[1]
+        if isinstance(target, FunctionInfo):
+            return self.call_function(call.node, target, call.args, call.kwargs, None)
+        return self.construct_class(call, target)
 
     def call_method(self, call: Call) -> Value:
         receiver, method = call.receiver, call.method
@@ -597,6 +603,8 @@ class FlowAnalyzer:
         if self.recording and track:
             self.facts.local_calls.append(LocalCall(self.site(node), func, node))
         ret = self.a.facts_for(func).returns
+        if func.home is not None and func.home is not self.a and ret is not UNKNOWN:
+            ret = ret.seen_from(node)   # a function of another project file
         if ret is UNKNOWN or not ret.params:
             return ret.without_params()
         return ret.through_call(_bind_arguments(func, args, kwargs, receiver))

@@ -30,6 +30,7 @@ class ClassInfo:
     is_module: bool = False            # nn.Module subclass (directly or through local bases)
     is_lightning: bool = False         # LightningModule subclass
     is_hf_trainer: bool = False        # transformers Trainer subclass / TrainerCallback
+    home: Optional[object] = None      # the FileContext of the file that defines it
 
     def method(self, name: str) -> Optional["FunctionInfo"]:
         seen = set()
@@ -54,6 +55,7 @@ class FunctionInfo:
     parent: Optional["FunctionInfo"]
     params: List[str]
     no_grad_decorated: bool = False    # @torch.no_grad() / @torch.inference_mode()
+    home: Optional[object] = None      # the FileContext of the file that defines it
 
     @property
     def is_method(self) -> bool:

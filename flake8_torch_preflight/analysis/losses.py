@@ -219,16 +219,12 @@ def module_activation_reason(analysis, module: Value, tag: str) -> Optional[str]
     last = module.field("last")
     if last is not None and last.activation == tag and isinstance(module.node, ast.Call):
         return f"the `nn.Sequential` made at line {module.node.lineno} ends with a {word} layer"
-    project = module.field("project_class")
-    if project is not None and module.activation == tag:
-        return f"{project.node.where} returns {word} output from `forward`"
     cls = module.cls
-    if cls is None and module.has(V.SELF):
-        cls = module.cls
     if cls is not None:
         forward = cls.method("forward")
         if forward is not None:
-            return f"`{cls.name}.forward` (line {forward.node.lineno}) returns {word} output"
+            where = analysis.where(forward, forward.node.lineno)
+            return f"`{cls.name}.forward` ({where}) returns {word} output"
     return None
 
 
@@ -269,7 +265,7 @@ def _raw_module(analysis, module: Value, depth: int) -> Optional[str]:
                 return f"the `nn.Sequential` made at line {node.lineno}, which ends with {inner}"
             return None
     cls = module.cls
-    if cls is not None and cls.is_module and module.field("project_class") is None:
+    if cls is not None and cls.is_module and cls.home in (None, analysis):
         forward = cls.method("forward")
         if forward is None:
             return None

@@ -5,7 +5,9 @@ linted file (relative imports from the linted file's directory; absolute ones fr
 directory and from each parent directory while the one below is a package). The other file
 is parsed with `ast` and analysed like the linted file (`FileContext.other_file`, cached per
 process by path and modification time, see `workspace.py`); it is never imported or
-executed. When an import does not resolve to such a file, callers get None and stay quiet.
+executed. When an import does not resolve to such a file, callers get None and stay quiet. Functions
+and classes found there keep their home (`FunctionInfo.home`): the interpreter calls them
+like the file's own, through their own file's analysis.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import values as V
 from .context import FileContext
+from .index import ClassInfo, FunctionInfo
 
 _MAX_HOPS = 3            # re-exports followed (`from .net import Net` in `models/__init__.py`)
 _MAX_PARENTS = 4         # package directories walked up for absolute imports
@@ -113,9 +116,11 @@ def module_file(filename: str, module: str) -> Optional[str]:
     return found
 
 
-def resolve_class(analysis, qualname: str, hops: int = 0):
-    """(FileAnalysis, ClassInfo) of the project class `qualname` names, or None."""
-    if hops > _MAX_HOPS or "." not in qualname:
+def resolve(analysis: FileContext, qualname: str, hops: int = 0):
+    """(the defining file's analysis, its ClassInfo or module-level FunctionInfo) for a name
+    of another project file (`models.Net`, `.engine.train_one_epoch`), following re-exports;
+    None when it does not resolve to such a file (a library, a missing file)."""
+    if hops > _MAX_HOPS or "." not in qualname or not is_project_name(qualname):
         return None
     module, name = qualname.rsplit(".", 1)
     path = module_file(analysis.filename, module)
@@ -126,55 +131,23 @@ def resolve_class(analysis, qualname: str, hops: int = 0):
         other = analysis.other_file(path)
         if other is None:
             return None
-        cls = other.index.classes.get(name)
-        if cls is not None:
-            return other, cls
+        found = other.index.classes.get(name) or other.index.function_named(name, None)
+        if found is not None:
+            return other, found
         # Re-exported: `from .net import Net` in `models/__init__.py`.
         target = other.imports.resolve_name(name)
-        if target is None:
-            return None
-        return resolve_class(other, target, hops + 1)
+        return resolve(other, target, hops + 1) if target is not None else None
     finally:
         _IN_PROGRESS.discard(path)
 
 
-def forward_activation(analysis, cls) -> Optional[str]:
-    """The activation (`V.SOFTMAX`, `V.LOG_SOFTMAX`, `V.SIGMOID`) every return of
-    `cls.forward` ends in, or None when it returns anything else or we cannot tell."""
-    forward = cls.method("forward")
-    if forward is None:
-        return None
-    tags = analysis.facts_for(forward).returns.tags & V.ACTIVATION_TAGS
-    for tag in (V.SOFTMAX, V.LOG_SOFTMAX, V.SIGMOID):
-        if tags == {tag}:
-            return tag
-    return None
+def resolve_class(analysis: FileContext, qualname: str):
+    """(FileAnalysis, ClassInfo) of the project class `qualname` names, or None."""
+    found = resolve(analysis, qualname)
+    return found if found is not None and isinstance(found[1], ClassInfo) else None
 
 
-def instance_of(analysis, qualname: str, node: ast.Call) -> Optional[V.Value]:
-    """The value of `Net(...)` when `Net` is an `nn.Module` class of another project file:
-    a module whose forward's activation is known (see `forward_activation`)."""
-    last = qualname.rsplit(".", 1)[-1]
-    if not last[:1].isupper() or qualname.split(".", 1)[0] in LIBRARY_PACKAGES:
-        return None
-    resolved = resolve_class(analysis, qualname)
-    if resolved is None:
-        return None
-    other, cls = resolved
-    if not cls.is_module:
-        return None
-    activation = forward_activation(other, cls)
-    fields = (("project_class", V.Value(node=ProjectClass(other, cls))),)
-    return V.Value(tags=frozenset({V.MODULE}), node=node, activation=activation, fields=fields)
-
-
-class ProjectClass:
-    """Marks where a module class of another file lives (for messages and further questions)."""
-
-    def __init__(self, analysis, cls) -> None:
-        self.analysis = analysis
-        self.cls = cls
-
-    @property
-    def where(self) -> str:
-        return f"`{self.cls.name}` in {os.path.basename(self.analysis.filename)}"
+def resolve_function(analysis: FileContext, qualname: str) -> Optional[FunctionInfo]:
+    """The module-level function of another project file `qualname` names, or None."""
+    found = resolve(analysis, qualname)
+    return found[1] if found is not None and isinstance(found[1], FunctionInfo) else None

@@ -201,6 +201,18 @@ class Value:
         facts (containers, parameters) of the method that bound it."""
         return replace(self, containers=frozenset(), params=frozenset())
 
+    def seen_from(self, node) -> "Value":
+        """A value made in another file, as the file that called for it (at `node`) sees it:
+        the same kinds and class, but its construction, origin and graphs are the call's
+        (line numbers and nodes of another file mean nothing here)."""
+        line = getattr(node, "lineno", 0)
+        return replace(
+            self, node=node if self.node is not None else None,
+            origin=Origin(line, node) if self.origin is not None else None,
+            graphs=frozenset({line}) if self.graphs else frozenset(),
+            fields=(), elements=None if self.elements is None else tuple(
+                e.seen_from(node) for e in self.elements))
+
     def without_params(self) -> "Value":
         """A summary's return value at a call site that passes nothing it depends on."""
         return replace(self, params=frozenset()) if self.params else self

@@ -127,17 +127,23 @@ class RetainedGraph(Rule):
         innermost = store.site.loops[-1]
         if innermost in store.fresh_in:
             return True           # the container is created anew inside the loop
+        if store.how == "setitem" and _constant_key(store):
+            return True           # `outputs["loss"] = loss` overwrites one entry: one graph
+        func = facts.func
+        in_call = func is not None and store.key.startswith(func.qualname + ":")
+        # created by this call (a parameter's list is the caller's: it outlives the call)
+        local = in_call and store.target.split(".", 1)[0] not in func.params
+        if local and _graph_made_before(facts, store):
+            return True           # slices of one tensor made before the loop: one graph
         if _iterates_modules(facts, innermost):
             return True           # a walk over layers: as many entries as layers, not steps
         if store.how == "augassign" and store.key in value.containers:
             # `x = x + dt * model(x)`: an iterative computation (sampler, ODE step,
             # unrolled RNN), not a pile of per-step graphs.
             return True
-        func = facts.func
-        local = func is not None and store.key.startswith(func.qualname + ":")
-        if local and module_like(analysis, func.cls):
-            # A local list in a module method dies with the call, and autograd keeps those
-            # activations for this forward's backward anyway.
+        if in_call and module_like(analysis, func.cls):
+            # A list in a module method lives for this forward (its own, or a graph object
+            # passed in), and autograd keeps those activations for its backward anyway.
             return True
         if local and len(store.site.loops) == 1 and (
                 _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
@@ -225,6 +231,38 @@ def _differentiates(analysis: FileAnalysis, facts: FunctionFacts) -> bool:
     if facts.func is not None:
         return analysis.function_does(facts.func, Does.DIFFERENTIATE)
     return bool(Does.DIFFERENTIATE.sites_in(facts))
+
+
+def _constant_key(store: Store) -> bool:
+    """`d["h"] = v` / `d[0] = v`: every iteration writes the same entry."""
+    stmt = store.site.stmt
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    return any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) for t in targets)
+
+
+def _graph_made_before(facts: FunctionFacts, store: Store) -> bool:
+    """The stored expression reads a value bound before the loops the container outlives
+    and never rebound or written in them (`for i in range(n): parts.append(logprobs[i])`):
+    each iteration stores a piece of the same graph. (Asked for containers local to the
+    function: one that outlives the call gathers a new graph on every call.)"""
+    root = store.expr
+    while isinstance(root, (ast.Subscript, ast.Attribute)):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    for loop in store.site.loops:
+        if loop in store.fresh_in:
+            continue
+        if root.id in facts.loop_rebinds.get(loop, ()) or root.id in facts.loop_writes.get(loop, ()):
+            return False
+        if root.id in _loop_targets(loop):
+            return False
+    return True
+
+
+def _loop_targets(loop) -> Set[str]:
+    target = getattr(loop, "target", None)
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
 
 
 def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:
