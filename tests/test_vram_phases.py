@@ -197,3 +197,97 @@ def test_huge_params_stand_in_is_bounded():
     values = {"params": Value(10**400, "test"), "mode": Value("train", "test")}
     e = estimate(values, db.resolve_target("h100"))
     assert e.verdict == "oom" and e.params_total == 10**15
+
+
+# --------------------------------------------------------------------------- issue 10, item 3 (evidence round)
+
+
+def test_fsdp_mixed_precision_computes_on_gathered_half_parameters():
+    """FSDP MixedPrecision keeps fp32 shards and runs each unit in bf16: activations are half,
+    autocast has nothing to copy, the gathered unit is bf16."""
+    kw = dict(model="llama-2-7b", gpu="h100-sxm", batch=4, seq=2048, world=8, sharding="fsdp")
+    fsdp_mixed = est(precision="bf16-mixed", **kw)
+    fsdp_half = est(precision="bf16", **kw)
+    ddp_mixed = est(model="llama-2-7b", gpu="h100-sxm", batch=4, seq=2048, precision="bf16-mixed")
+    back = phase(fsdp_mixed, "backward")
+    assert "autocast copies" not in back and "autocast copies" in phase(ddp_mixed, "backward")
+    assert back["activations"].point == phase(fsdp_half, "backward")["activations"].point
+    assert back["weights"].point == pytest.approx(2 * phase(fsdp_half, "backward")["weights"].point, rel=1e-6)
+    assert back["gathered params"].point == phase(fsdp_half, "backward")["gathered params"].point
+
+
+def test_generation_peaks_at_prefill_or_decode_not_their_sum():
+    long_prompt = est(
+        model="qwen2.5-7b", gpu="a100-80gb", mode="generate", seq=30720, context=32768, attention="flash"
+    )
+    short_prompt = est(
+        model="qwen2.5-7b", gpu="a100-80gb", mode="generate", seq=1, context=8193, attention="flash"
+    )
+    for e in (long_prompt, short_prompt):
+        assert set(e.phases) == {"prefill", "decode"}
+        prefill, decode = phase(e, "prefill"), phase(e, "decode")
+        assert prefill["KV cache"].point < decode["KV cache"].point  # the prompt's cache only
+        assert "activations" in prefill and "activations" not in decode
+    assert long_prompt.peak_phase == "prefill" and short_prompt.peak_phase == "decode"
+
+
+def test_inference_block_working_set_is_the_larger_half_of_the_block():
+    """Attention's and the MLP's tensors are never alive together: the working set is the
+    larger of the two halves (for a gated MLP with ff >> hidden, the MLP's)."""
+    from vram_estimator.activations import inference_workspace
+
+    m = db.model("qwen2.5-14b")
+    s = estimate(settings(model="qwen2.5-14b", mode="inference", batch=1, seq=4096, precision="bf16"), None)
+    d = m.dims
+    shape_ws = s.term("activations").point
+    assert shape_ws == pytest.approx(2 * (3 * d.hidden + 3 * d.ff) * 4096)
+    assert shape_ws < 2 * (3 * d.hidden + 3 * d.ff + 2 * d.q_dim + 2 * d.kv_dim) * 4096
+    assert inference_workspace("cnn", None) is None
+
+
+def test_deepspeed_steps_on_an_fp32_copy_of_the_gradient_partition():
+    kw = dict(model="qwen2.5-1.5b", gpu="a100-80gb", batch=1, seq=1024, optimizer="adamw", precision="bf16")
+    zero2 = est(world=4, sharding="zero2", **kw)
+    zero3_one = est(world=1, sharding="zero3", **kw)
+    params = db.model("qwen2.5-1.5b").params
+    assert phase(zero2, "optimizer step")["fp32 gradients"].point == pytest.approx(4 * params / 4)
+    assert phase(zero3_one, "optimizer step")["fp32 gradients"].point == pytest.approx(
+        4 * 1e9
+    )  # one sub-group
+    offloaded = est(world=4, sharding="zero2", offload="optimizer", **kw)
+    assert "fp32 gradients" not in phase(offloaded, "optimizer step")
+    assert "fp32 gradients" not in phase(est(**kw), "optimizer step")  # plain PyTorch bf16
+
+
+def test_more_than_one_rank_adds_the_communicator_to_the_context():
+    one = est(
+        model="llama-2-7b", gpu="h100-sxm", precision="bf16", optimizer="adamw", lora=8, batch=1, seq=512
+    )
+    eight = est(
+        model="llama-2-7b",
+        gpu="h100-sxm",
+        precision="bf16",
+        optimizer="adamw",
+        lora=8,
+        batch=1,
+        seq=512,
+        world=8,
+        sharding="ddp",
+    )
+    comm = db.calibration()["default"]["communicator_mib"]
+    assert eight.context - one.context == pytest.approx(comm[1] * 1024**2)
+    assert eight.context_range[1] - one.context_range[1] == pytest.approx(comm[2] * 1024**2)
+
+
+def test_runtime_buffers_and_cached_blocks_widen_only_what_they_should():
+    e = est(model="qwen2.5-7b", gpu="a100-80gb", mode="generate", seq=1, context=2049, attention="flash")
+    buffers = phase(e, "decode")["runtime buffers"]
+    lo, pt, hi = db.calibration()["default"]["runtime_buffers"]
+    weights = phase(e, "decode")["weights"].point
+    assert (buffers.lower, buffers.point, buffers.upper) == pytest.approx(
+        (lo * weights, pt * weights, hi * weights)
+    )
+    frag = phase(e, "decode")["fragmentation"]
+    assert frag.allocator and frag.upper >= db.calibration()["default"]["cached_mib"] * 1024**2
+    alloc_lo, alloc_pt, alloc_hi = e.allocated()
+    assert alloc_hi < e.upper  # max_memory_allocated never includes the allocator's slack

@@ -261,9 +261,11 @@ _BLOCK_KINDS = {"decoder": "seq", "encoder": "seq", "encdec": "seq", "vit": "pat
 
 
 def inference_workspace(kind: str, shape: Shape) -> Optional[float]:
-    """Transient bytes of one block under no_grad: the block input, q/k/v/attention output, the
-    MLP intermediates (3 ff-wide tensors for a gated MLP, 2 otherwise) and, under eager / math
-    attention, the fp32 score matrix plus its half copy.  None for kinds without blocks."""
+    """Transient bytes of one block under no_grad, the larger of its two halves (their
+    tensors are never alive together): attention (block input, normed input, q, k, v and the
+    attention output; under eager / math attention the fp32 score matrix and its half copy)
+    and MLP (block input, normed input, the MLP intermediates: 3 ff-wide tensors for a gated
+    MLP, 2 otherwise, and its output).  None for kinds without blocks."""
     tokens_from = _BLOCK_KINDS.get(kind)
     if tokens_from is None:
         return None
@@ -271,7 +273,8 @@ def inference_workspace(kind: str, shape: Shape) -> Optional[float]:
     d = shape.dims
     ab = 4 if shape.pc == "fp32" else 2
     ff_tensors = 3 if "gated-mlp" in shape.capabilities else 2
-    per = ab * (3 * d.hidden + ff_tensors * d.ff + 2 * d.q_dim + 2 * d.kv_dim)
+    attention = ab * (2 * d.hidden + 2 * d.q_dim + 2 * d.kv_dim)
     if KERNEL_KEEPS_SCORES.get(shape.attention, False):
-        per += (4 + ab) * d.heads * seq
-    return per * shape.batch * seq
+        attention += (4 + ab) * d.heads * seq
+    mlp = ab * (3 * d.hidden + ff_tensors * d.ff)
+    return max(attention, mlp) * shape.batch * seq

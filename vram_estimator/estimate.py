@@ -30,7 +30,7 @@ from . import db
 from .activations import Acts, coefficients, inference_workspace, precision_class  # noqa: F401
 from .activations import ACTIVATION_MODELS
 from .config_comments import Value
-from .terms import BACKWARD, FORWARD, STEP, Setup, Term
+from .terms import BACKWARD, DECODE, FORWARD, PREFILL, STEP, Setup, Term
 from . import terms as T
 
 GIB = 1024**3
@@ -201,11 +201,15 @@ def setup(settings: Dict[str, Value]) -> Setup:
 # --------------------------------------------------------------------------- phases
 
 
+def _prompt(s: Setup) -> int:
+    """Generation: the prompt's tokens (what the prefill runs over)."""
+    return max(1, min(s.seq, s.context_tokens) if s.context_tokens else s.seq)
+
+
 def _activations(s: Setup) -> Tuple[Acts, Optional[float]]:
     shape = s.shape()
     if s.mode == "generate":  # prefill: the prompt through one block at a time
-        prompt = max(1, min(s.seq, s.context_tokens) if s.context_tokens else s.seq)
-        shape = type(shape)(**dict(shape.__dict__, seq=prompt, checkpointing=False))
+        shape = type(shape)(**dict(shape.__dict__, seq=_prompt(s), checkpointing=False))
     acts = ACTIVATION_MODELS[s.model.kind](shape)
     workspace = None if s.train else inference_workspace(s.model.kind, shape)
     return acts, workspace
@@ -224,7 +228,7 @@ def _early_gradients(s: Setup) -> Optional[Term]:
     return T.exact("head gradient", g, "written first in backward", dynamic=True)
 
 
-def phases(s: Setup) -> Dict[str, List[Term]]:
+def phases(s: Setup, figures: Optional[Dict[str, Any]] = None) -> Dict[str, List[Term]]:
     """The terms alive at each moment of a step that can be its peak."""
     acts, workspace = _activations(s)
     static = [
@@ -233,8 +237,15 @@ def phases(s: Setup) -> Dict[str, List[Term]]:
         T.optimizer_state(s),
         T.master_copy(s),
         T.sharding_buffers(s),
+        T.runtime_buffers(s, figures if figures is not None else gpu_figures(None)),
     ]
     activations = T.activations(s, acts, workspace)
+    if s.mode == "generate" and "lm-head" in s.model.traits:
+        # prefill: the prompt's cache fills while one block works on the whole prompt;
+        # decode: the cache grows to the full context, one token's working set at a time
+        prefill = static + [activations, T.logits(s), T.kv_cache(s, _prompt(s)), T.dequant_buffer(s)]
+        decode = static + [T.logits(s), T.kv_cache(s), T.dequant_buffer(s)]
+        return {PREFILL: [t for t in prefill if t is not None], DECODE: [t for t in decode if t is not None]}
     if not s.train:
         forward = static + [activations, T.logits(s), T.kv_cache(s), T.dequant_buffer(s)]
         return {FORWARD: [t for t in forward if t is not None]}
@@ -246,7 +257,7 @@ def phases(s: Setup) -> Dict[str, List[Term]]:
         T.backward_block(s, acts),
         T.dequant_buffer(s),
     ]
-    step = static + [T.gradients(s), T.step_temporaries(s)]
+    step = static + [T.gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s)]
     return {BACKWARD: [t for t in backward if t is not None], STEP: [t for t in step if t is not None]}
 
 
@@ -259,6 +270,16 @@ def gpu_figures(target: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         figures.update(cal["by_vendor"].get(target.get("vendor", "nvidia"), {}))
         figures.update(cal["by_gpu"].get(target.get("gpu") or "", {}))
     return figures
+
+
+def context_mib(figures: Dict[str, Any], world: int) -> Tuple[float, float, float]:
+    """The per-process memory outside the allocator (MiB): the CUDA/HIP context, plus the
+    collective library's buffers (NCCL channels per peer) when the run has more than one rank."""
+    lo, pt, hi = figures["context_mib"]
+    if world > 1:
+        c_lo, c_pt, c_hi = figures.get("communicator_mib", (0, 0, 0))
+        lo, pt, hi = lo + c_lo, pt + c_pt, hi + c_hi
+    return lo, pt, hi
 
 
 def _with_fragmentation(terms: List[Term], figures: Dict[str, Any]) -> List[Term]:
@@ -285,7 +306,7 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
     """Project the per-device peak for resolved ``settings`` (see :func:`api.resolve`)."""
     s = setup(settings)
     figures = gpu_figures(target)
-    by_phase = {name: _with_fragmentation(items, figures) for name, items in phases(s).items()}
+    by_phase = {name: _with_fragmentation(items, figures) for name, items in phases(s, figures).items()}
     peak = max(by_phase, key=lambda p: sum(t.point for t in by_phase[p]))
     est = Estimate(
         terms=_peak_terms(by_phase, peak),
@@ -302,7 +323,7 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
     if s.train and s.grads_persist:
         est.notes.append("gradients persist through forward and backward (accumulation or set_to_none=False)")
     if target:
-        lo, pt, hi = figures["context_mib"]
+        lo, pt, hi = context_mib(figures, s.world)
         est.capacity = float(target["memory_bytes"])
         est.context = float(pt) * MIB
         est.context_range = (float(lo) * MIB, float(hi) * MIB)

@@ -16,7 +16,7 @@ TERM_KEYS = {
     "gradients": ("model", "params", "lora"),
     "optimizer state": ("optimizer", "offload"),
     "fp32 master copy": ("precision", "sharding"),
-    "autocast cache": ("precision",),
+    "autocast copies": ("precision",),
     "activations": ("batch", "seq", "image", "checkpointing", "attention"),
     "logits buffer": ("batch", "seq"),
     "KV cache": ("batch", "context"),

@@ -16,6 +16,7 @@ from .activations import Acts, Shape, coefficients, precision_class
 GIB = 1024**3
 
 FORWARD, BACKWARD, STEP = "forward", "backward", "optimizer step"
+PREFILL, DECODE = "prefill", "decode"  # the two moments of generation
 
 
 @dataclass
@@ -72,6 +73,20 @@ class Setup:
     @property
     def pc(self) -> str:
         return precision_class(self.precision)
+
+    @property
+    def fsdp_half_compute(self) -> bool:
+        """FSDP's ``MixedPrecision(param_dtype=bf16/fp16)`` (what Accelerate and the HF Trainer
+        set for ``mixed_precision``/``bf16=True``) keeps fp32 shards but all-gathers each unit in
+        half precision and runs it there: activations are half, autocast finds nothing to cast."""
+        return self.sharding == "fsdp" and self.world > 1 and self.pc == "mixed"
+
+    @property
+    def compute_precision(self) -> str:
+        """The precision activations and logits are computed in."""
+        if self.fsdp_half_compute:
+            return self.precision.split("-")[0]
+        return self.precision
 
     @property
     def quantised(self) -> bool:
@@ -138,7 +153,7 @@ class Setup:
             batch=self.batch,
             seq=self.seq,
             image=self.image,
-            precision=self.precision,
+            precision=self.compute_precision,
             attention=self.attention,
             checkpointing=self.checkpointing and self.train,
             dec_seq=self.dec_seq,
@@ -184,7 +199,7 @@ def gathered_params(s: Setup) -> Optional[Term]:
     offloaded = s.offload in ("param", "both") and s.sharding in ("zero3", "fsdp")
     if not (s.sharded_weights or offloaded):
         return None
-    per_param = 2.0 if s.pc == "half" else 4.0
+    per_param = 2.0 if (s.pc == "half" or s.fsdp_half_compute) else 4.0
     block = per_param * s.model.breakdown.total / max(1, s.model.dims.layers or 1)
     return Term("gathered params", block, 2 * block, 3 * block, "ZeRO-3/FSDP working set")
 
@@ -260,6 +275,22 @@ def master_copy(s: Setup) -> Optional[Term]:
     return exact("fp32 master copy", m, "mixed-precision optimizer")
 
 
+def fp32_grad_partition(s: Setup) -> Optional[Term]:
+    """DeepSpeed's mixed-precision optimizer steps on fp32 gradients: before ``step()`` it
+    converts the partition's half gradients to an fp32 copy (ZeRO-1/2: the whole partition;
+    ZeRO-3: one ``sub_group_size`` group at a time, 1e9 elements by default)."""
+    if not (s.train and s.deepspeed and s.pc == "half" and not s.quantised):
+        return None
+    if s.offload in ("optimizer", "both"):
+        return None
+    elements = s.trainable / (s.world if s.sharded_states else 1)
+    if s.sharding == "zero3":
+        elements = min(elements, 1e9)
+    return exact(
+        "fp32 gradients", 4.0 * elements, "DeepSpeed's fp32 copy of the partition's gradients", dynamic=True
+    )
+
+
 def step_temporaries(s: Setup) -> Optional[Term]:
     """Foreach optimizer temporaries during ``step()`` (absent under DeepSpeed's fused Adam)."""
     share = _STEP_TEMPORARIES.get(s.optimizer)
@@ -276,7 +307,7 @@ def autocast_copies(s: Setup) -> Optional[Term]:
     """Half-precision copies autocast makes of fp32 weights it feeds to matmuls and convolutions
     (block linears, the LM head even when tied, convolutions), kept for backward; trainable ones
     also sit in autocast's cache.  Under checkpointing frozen copies live one block at a time."""
-    if s.pc != "mixed" or not s.train:
+    if s.pc != "mixed" or not s.train or s.fsdp_half_compute:
         return None
     cast = 2.0 * s.model.breakdown.cast / (s.world if s.sharded_weights else 1)
     if s.checkpointing and s.lora:
@@ -284,6 +315,16 @@ def autocast_copies(s: Setup) -> Optional[Term]:
     return Term(
         "autocast copies", cast * 0.8, cast, cast, "half-precision copies of matmul/conv weights", True
     )
+
+
+def runtime_buffers(s: Setup, gpu_figures: Dict[str, Any]) -> Term:
+    """What a running model allocates beside its tensors of record: cuBLAS/cuDNN workspaces
+    (allocated through the caching allocator), per-model buffers (rotary tables, causal masks),
+    generation bookkeeping.  Not modelled term by term: a share of the stored weights, calibrated
+    on the fit set (``data/gpus.json`` ``runtime_buffers``: lower, point, upper)."""
+    lo, pt, hi = gpu_figures.get("runtime_buffers", (0.0, 0.0, 0.0))
+    w = weights(s).point
+    return Term("runtime buffers", w * lo, w * pt, w * hi, "workspaces, model buffers (calibrated share)")
 
 
 def sharding_buffers(s: Setup) -> Optional[Term]:
@@ -359,19 +400,21 @@ def logits(s: Setup) -> Optional[Term]:
     if s.mode == "generate":
         return exact("logits buffer", s.batch * V * 8.0, "last-token logits (fp32)", dynamic=True)
     toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
-    lb = toks * V * (co["train"][s.pc] if s.train else co["inference"][s.pc])
+    pc = precision_class(s.compute_precision)
+    lb = toks * V * (co["train"][pc] if s.train else co["inference"][pc])
     lo, hi = _token_spread(s, True, "logits")
     return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab", dynamic=True)
 
 
-def kv_cache(s: Setup) -> Optional[Term]:
-    """Generation: K and V per layer per token (KV heads, or MLA's cached size); encoder-
-    decoders add the cross-attention cache of the encoder output."""
+def kv_cache(s: Setup, tokens: Optional[int] = None) -> Optional[Term]:
+    """Generation: K and V per layer per token (KV heads, or MLA's cached size) for ``tokens``
+    (default: the whole context); encoder-decoders add the cross-attention cache of the encoder
+    output."""
     if s.mode != "generate" or "lm-head" not in s.model.traits:
         return None
     d = s.model.dims
     nbytes = 4 if s.pc == "fp32" else 2
-    context = s.context_tokens or s.seq
+    context = tokens or s.context_tokens or s.seq
     two_stacks = "two-stacks" in s.model.traits
     layers = d.dec_layers if two_stacks else d.layers
     kv = 2.0 * layers * d.kv_cache_dim * context * s.batch * nbytes
@@ -383,14 +426,17 @@ def kv_cache(s: Setup) -> Optional[Term]:
 
 
 def fragmentation(dynamic: Term, gpu_figures: Dict[str, Any]) -> Term:
-    """What the caching allocator reserves beyond what is allocated, as a share of the terms
-    allocated and freed every step (per-GPU figures, ``data/gpus.json`` calibration)."""
+    """What the caching allocator reserves beyond what is allocated: a share of the terms
+    allocated and freed every step, and at the upper end the blocks it still holds from loading
+    and initialisation (``reset_peak_memory_stats`` does not release them; per-GPU figures,
+    ``data/gpus.json`` calibration)."""
     lo, pt, hi = gpu_figures["fragmentation"]
+    cached = gpu_figures.get("cached_mib", 0.0) * 1024**2
     return Term(
         "fragmentation",
         dynamic.lower * lo,
         dynamic.point * pt,
-        dynamic.upper * hi,
-        "caching-allocator slack",
+        dynamic.upper * hi + cached,
+        "caching-allocator slack (upper end: plus blocks kept from loading)",
         allocator=True,
     )
