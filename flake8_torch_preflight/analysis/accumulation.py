@@ -93,7 +93,12 @@ class Window:
     gate: Gate
     backwards: Tuple[object, ...]     # Backward records, or LocalCalls of helpers that backward
     owner: Optional[str]              # the framework that scales and gates it, if any
-    count: Optional[str]              # the accumulation count as written, if known
+    loop_count: Optional[str] = None  # a micro-batch loop's count as written, if known
+
+    @property
+    def count(self) -> Optional[str]:
+        """The accumulation count as the code writes it (`accum_steps`), if known."""
+        return self.loop_count if self.gate.kind == MICRO_LOOP else self.gate.count
 
     @property
     def first_step(self) -> Site:
@@ -128,10 +133,10 @@ def every_micro_step(analysis, window: Window, site: Site, unconditional: bool =
     `if not args.accumulate:` may be what turns accumulation off)."""
     if window.loop not in site.loops:
         return False
-    conds = site.conds_inside(window.loop)
+    conds = _conds(analysis, window.facts, window.loop, site)
     if unconditional:
         return not conds
-    varying = _varying(window.facts, window.loop)
+    varying = _varying(analysis, window.facts, window.loop)
     return all(_gate_kind(c, varying) is None and _invariant(c.test, varying) for c in conds)
 
 
@@ -140,12 +145,12 @@ def _gated_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Win
     steps = _step_sites(analysis, facts, loop)
     if not steps:
         return None
-    varying = _varying(facts, loop)
+    varying = _varying(analysis, facts, loop)
     gates = []
     for site in steps:
         if site.loops[-1] is not loop:
             return None          # a step in a nested loop: that loop is the one to judge
-        gate = next((Gate(kind, c.test, site.line) for c in site.conds_inside(loop)
+        gate = next((Gate(kind, c.test, site.line) for c in _conds(analysis, facts, loop, site)
                      for kind in (_gate_kind(c, varying),) if kind is not None), None)
         if gate is None:
             return None          # some step runs every iteration: no accumulation here
@@ -156,7 +161,7 @@ def _gated_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Win
     first = min(range(len(steps)), key=lambda i: steps[i].line)
     gate = gates[first]
     return Window(facts, loop, tuple(steps), gate, tuple(backwards),
-                  _owner(analysis, facts, loop, backwards), gate.count)
+                  _owner(analysis, facts, loop, backwards))
 
 
 def _every_iteration_backwards(analysis, facts, loop, varying) -> List[object]:
@@ -168,7 +173,7 @@ def _every_iteration_backwards(analysis, facts, loop, varying) -> List[object]:
         site = _site(record)
         if site.loops[-1] is not loop:
             continue
-        conds = site.conds_inside(loop)
+        conds = _conds(analysis, facts, loop, site)
         gate_conds = [c for c in conds if _gate_kind(c, varying) is not None]
         if any(not _invariant(c.test, varying) for c in conds if c not in gate_conds):
             continue
@@ -185,10 +190,10 @@ def _micro_loop_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optiona
     count = _micro_batch_count(analysis, facts, loop)
     if count is None or analysis.loop_does(facts, loop, "step"):
         return None
-    varying = _varying(facts, loop)
+    varying = _varying(analysis, facts, loop)
     backwards = [r for r in _backward_records(analysis, facts, loop)
                  if _site(r).loops[-1] is loop
-                 and all(_invariant(c.test, varying) for c in _site(r).conds_inside(loop))]
+                 and all(_invariant(c.test, varying) for c in _conds(analysis, facts, loop, _site(r)))]
     if not backwards:
         return None
     outer = _site(backwards[0]).loops[:-1]
@@ -232,6 +237,35 @@ def _chunk_count(analysis, call: ast.Call) -> Optional[str]:
     if qual is None and isinstance(func, ast.Attribute) and func.attr in _CHUNK_METHODS:
         return short(call.args[0], 30) if func.attr == "chunk" and call.args else ""
     return None
+
+
+# ---------------------------------------------------------------------------- early continue
+def _conds(analysis, facts: FunctionFacts, loop: ast.AST, site: Site) -> List[Cond]:
+    """The tests between `loop` and `site`: the enclosing `if`s flow records, plus the
+    negation of every `if <test>: … continue` of the loop body that comes before `site`
+    (`if not need_update: continue` gates the rest of the iteration)."""
+    conds = list(site.conds_inside(loop))
+    for test, end, counter in _continue_guards(analysis, facts, loop):
+        if site.line > end:
+            conds.append(Cond(len(site.loops), test, counter, negated=True))
+    return conds
+
+
+def _continue_guards(analysis, facts: FunctionFacts, loop: ast.AST) -> Tuple[Tuple[ast.expr, int, bool], ...]:
+    """(test, last line, counter-shaped) of each top-level `if` of the loop body whose body
+    ends the iteration (`continue`) and has no `else`. Flow records no such fact (the code
+    after the `if` is not under its test), so the loop's own statements are read, once."""
+    memo = analysis.memo("accumulation_guards")
+    if id(loop) not in memo:
+        guards = []
+        for stmt in getattr(loop, "body", ()):
+            if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body \
+                    and isinstance(stmt.body[-1], ast.Continue):
+                value = facts.value(stmt.test)
+                counter = value.has(V.COUNTER_COND) or value.has(V.MODULO)
+                guards.append((stmt.test, getattr(stmt, "end_lineno", stmt.lineno), counter))
+        memo[id(loop)] = tuple(guards)
+    return memo[id(loop)]
 
 
 # ---------------------------------------------------------------------------- gates
@@ -280,13 +314,28 @@ def _invariant(test: ast.expr, varying: FrozenSet[str]) -> bool:
     return True
 
 
-def _varying(facts: FunctionFacts, loop: ast.AST) -> FrozenSet[str]:
+def _varying(analysis, facts: FunctionFacts, loop: ast.AST) -> FrozenSet[str]:
     """Names and `a.b` texts that `loop` rebinds or updates, its own target included."""
-    targets = frozenset(dotted(n) for n in ast.walk(loop.target)
-                        if isinstance(n, (ast.Name, ast.Attribute))) if hasattr(loop, "target") \
-        else frozenset()
-    return facts.loop_rebinds.get(loop, frozenset()) | facts.loop_writes.get(
-        loop, frozenset()) | targets
+    memo = analysis.memo("accumulation_varying")
+    result = memo.get(id(loop))
+    if result is None:
+        targets = frozenset(_target_names(getattr(loop, "target", None)))
+        result = facts.loop_rebinds.get(loop, frozenset()) | facts.loop_writes.get(
+            loop, frozenset()) | targets
+        memo[id(loop)] = result
+    return result
+
+
+def _target_names(target):
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _target_names(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _target_names(target.value)
+    elif target is not None:
+        text = dotted(target)
+        if text:
+            yield text
 
 
 # ---------------------------------------------------------------------------- events
@@ -357,16 +406,15 @@ def every_step_resets(analysis, window: Window) -> List[Site]:
     if key in memo:
         return memo[key]
     facts = window.facts
-    stepped = {_identity(analysis, facts, s) for s in window.steps}
-    others = {_identity(analysis, facts, s) for s in analysis.loop_sites(facts, window.loop, "step")}
-    found = []
-    for site in analysis.loop_sites(facts, window.loop, "reset"):
-        if _optimizer_construction(analysis, facts, site) or not every_micro_step(
-                analysis, window, site, unconditional=True):
-            continue
-        if len(others) > 1 and _identity(analysis, facts, site) not in stepped:
-            continue
-        found.append(site)
+    found = [site for site in analysis.loop_sites(facts, window.loop, "reset")
+             if every_micro_step(analysis, window, site, unconditional=True)
+             and not _optimizer_construction(analysis, facts, site)]
+    if found:
+        others = {_identity(analysis, facts, s)
+                  for s in analysis.loop_sites(facts, window.loop, "step")}
+        if len(others) > 1:
+            stepped = {_identity(analysis, facts, s) for s in window.steps}
+            found = [site for site in found if _identity(analysis, facts, site) in stepped]
     memo[key] = found
     return found
 

@@ -38,26 +38,55 @@ class ScaledLoop:
     loop: ast.AST
     events: Tuple[Event, ...]          # scaler and clip events anywhere in its body
     optimizer_steps: Tuple[Step, ...]  # `optimizer.step()` called directly in its body
-    opaque: bool                       # a call we cannot follow receives the scaler
 
     def of(self, *what: str) -> List[Event]:
         return [e for e in self.events if e.what in what]
 
 
 def scaled_loops(analysis) -> List[ScaledLoop]:
-    """Every loop (outside Lightning / HF Trainer code) that scales a loss; memoised."""
+    """Every loop (outside Lightning / HF Trainer code) that scales a loss; memoised. Only
+    loops around a `scaler.scale` call, or around a call of a helper that makes one, are
+    looked at: in most files there is none, and nothing more is done."""
     memo = analysis.memo("amp")
     if "loops" not in memo:
+        direct = {id(facts): [c.site for c in facts.calls if c.method == SCALE and _is_scale(c)]
+                  for facts in analysis.all_facts()}
         found = []
+        if not any(direct.values()):
+            memo["loops"] = found      # no loss is scaled anywhere in the file
+            return found
+        scaling = _scaling_functions(analysis, direct)
         for facts in analysis.all_facts():
             if analysis.framework_owned(facts.func):
                 continue
+            loops = {loop for site in direct[id(facts)] for loop in site.loops}
+            if scaling:
+                loops.update(loop for local in facts.local_calls if local.callee in scaling
+                             for loop in local.site.loops)
             for loop in facts.loops:
-                scaled = _scaled_loop(analysis, facts, loop)
-                if scaled is not None:
-                    found.append(scaled)
+                if loop in loops:
+                    scaled = _scaled_loop(analysis, facts, loop)
+                    if scaled is not None:
+                        found.append(scaled)
         memo["loops"] = found
     return memo["loops"]
+
+
+def _is_scale(call: CallSite) -> bool:
+    return call.method == SCALE and call.receiver is not None and call.receiver.has(V.SCALER)
+
+
+def _scaling_functions(analysis, direct) -> frozenset:
+    """File-local functions that call `scaler.scale`, or call one that does."""
+    starts = [f for f in analysis.index.functions if direct.get(id(analysis.facts_for(f)))]
+    found, todo = set(starts), list(starts)
+    while todo:
+        for caller_facts, _ in analysis.callers(todo.pop()):
+            caller = caller_facts.func
+            if caller is not None and caller not in found:
+                found.add(caller)
+                todo.append(caller)
+    return frozenset(found)
 
 
 def exclusive(a: Site, b: Site) -> bool:
@@ -68,7 +97,6 @@ def exclusive(a: Site, b: Site) -> bool:
 
 def _scaled_loop(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[ScaledLoop]:
     events: List[Event] = []
-    opaque = False
     for call in analysis.in_loop(facts, "calls", loop):
         what = _scaler_event(call)
         if what is not None:
@@ -76,8 +104,6 @@ def _scaled_loop(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Scal
                 events.append(Event(what, call.site, node=call.node))
         elif is_clip(call):
             events.append(Event(CLIP, call.site, node=call.node))
-        elif _passes_scaler_away(analysis, call):
-            opaque = True
     for local in analysis.in_loop(facts, "local_calls", loop):
         for what, node in _helper_events(analysis, local.callee):
             events.append(Event(what, local.site, helper=local.callee.name, node=node))
@@ -85,7 +111,17 @@ def _scaled_loop(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Scal
         return None
     steps = tuple(s for s in analysis.in_loop(facts, "steps", loop) if s.via == "optimizer")
     events.sort(key=lambda e: (e.site.line, e.site.col))
-    return ScaledLoop(facts, loop, tuple(events), steps, opaque)
+    return ScaledLoop(facts, loop, tuple(events), steps)
+
+
+def opaque(analysis, scaled: ScaledLoop) -> bool:
+    """A call in the loop that we cannot follow receives the scaler (it may unscale or step)."""
+    memo = analysis.memo("amp_opaque")
+    key = (id(scaled.facts), id(scaled.loop))
+    if key not in memo:
+        memo[key] = any(_passes_scaler_away(analysis, c)
+                        for c in analysis.in_loop(scaled.facts, "calls", scaled.loop))
+    return memo[key]
 
 
 def _scaler_event(call: CallSite) -> Optional[str]:

@@ -50,37 +50,65 @@ def bare_statements(analysis) -> List[BareStatement]:
     memo = analysis.memo("bare_statements")
     if "all" not in memo:
         found: List[BareStatement] = []
-        scopes = [(analysis.module_facts, analysis.tree.body)] + [
-            (analysis.facts_for(f), f.node.body) for f in analysis.index.functions]
-        for facts, body in scopes:
-            for stmt in _expression_statements(body):
+        scopes = [(None, analysis.tree.body)] + [(f, f.node.body) for f in analysis.index.functions]
+        for func, body in scopes:
+            candidates = _candidate_statements(body)
+            if not candidates:
+                continue
+            facts = analysis.module_facts if func is None else analysis.facts_for(func)
+            for stmt in candidates:
                 item = _classify(analysis, facts, stmt)
                 if item is not None:
                     found.append(item)
-        memo["all"] = found
+        memo["all"] = sorted(found, key=lambda b: b.stmt.lineno)
     return memo["all"]
 
 
-def _expression_statements(body):
-    """`ast.Expr` statements of one scope (nested functions and classes are other scopes)."""
-    todo = list(reversed(body))
-    while todo:
-        stmt = todo.pop()
-        if isinstance(stmt, ast.Expr):
-            yield stmt
-            continue
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        children = []
-        for field in ("body", "orelse", "finalbody"):
-            value = getattr(stmt, field, None)
-            if isinstance(value, list):
-                children.extend(value)
-        for handler in getattr(stmt, "handlers", ()):
-            children.extend(handler.body)
-        for case in getattr(stmt, "cases", ()):
-            children.extend(case.body)
-        todo.extend(reversed(children))
+# Compound statements: the fields that hold statement lists (handlers and cases apart).
+_BODIES = {ast.If: ("body", "orelse"), ast.For: ("body", "orelse"),
+           ast.AsyncFor: ("body", "orelse"), ast.While: ("body", "orelse"),
+           ast.With: ("body",), ast.AsyncWith: ("body",),
+           ast.Try: ("body", "orelse", "finalbody")}
+_TRIES = {ast.Try}
+if hasattr(ast, "TryStar"):
+    _BODIES[ast.TryStar] = ("body", "orelse", "finalbody")
+    _TRIES.add(ast.TryStar)
+_MATCH = getattr(ast, "Match", None)
+_CONTEXT_LAST_NAMES = frozenset(q.rsplit(".", 1)[-1] for q in CONTEXT_MANAGERS)
+_INTERESTING = frozenset(METHOD_RECEIVERS) | _CONTEXT_LAST_NAMES
+
+
+def _candidate_statements(body) -> List[ast.Expr]:
+    """`ast.Expr` statements of one scope that may be one of ours (`x.eval`, `no_grad()`),
+    found by one pass over its statements (nested functions and classes are other scopes)."""
+    found = []
+    stack = [body]
+    push, pop = stack.append, stack.pop
+    expr_kind, call_kind, attr_kind, name_kind = ast.Expr, ast.Call, ast.Attribute, ast.Name
+    while stack:
+        for stmt in pop():
+            kind = type(stmt)
+            if kind is expr_kind:
+                value = stmt.value
+                names = _INTERESTING
+                if type(value) is call_kind:
+                    value, names = value.func, _CONTEXT_LAST_NAMES   # only `no_grad()` & co
+                value_kind = type(value)
+                if (value_kind is attr_kind and value.attr in names) or (
+                        value_kind is name_kind and value.id in _CONTEXT_LAST_NAMES):
+                    found.append(stmt)
+                continue
+            fields = _BODIES.get(kind)
+            if fields is not None:
+                for field in fields:
+                    push(getattr(stmt, field))
+                if kind in _TRIES:
+                    for handler in stmt.handlers:
+                        push(handler.body)
+            elif kind is _MATCH:
+                for case in stmt.cases:
+                    push(case.body)
+    return found
 
 
 def _classify(analysis, facts: FunctionFacts, stmt: ast.Expr) -> Optional[BareStatement]:

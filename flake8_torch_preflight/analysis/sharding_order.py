@@ -57,18 +57,23 @@ def early_optimizers(analysis) -> List[EarlyOptimizer]:
     memo = analysis.memo("sharding_order")
     if "all" not in memo:
         found = []
-        for facts in analysis.all_facts():
-            wraps = _wraps(analysis, facts)
-            if not wraps:
-                continue
-            constructions = _optimizer_constructions(analysis, facts)
-            for call, models in constructions:
-                wrap = _later_wrap(call, models, wraps)
-                if wrap is None or _rebuilt_after(constructions, wrap):
+        if analysis.imports.imports_any(*_SHARDING_MODULES):
+            for facts in analysis.all_facts():
+                wraps = _wraps(analysis, facts)
+                if not wraps:
                     continue
-                found.append(EarlyOptimizer(facts, call, _root_of(models, wrap), wrap))
+                constructions = _optimizer_constructions(analysis, facts)
+                for call, models in constructions:
+                    wrap = _later_wrap(call, models, wraps)
+                    if wrap is None or _rebuilt_after(constructions, wrap):
+                        continue
+                    found.append(EarlyOptimizer(facts, call, _root_of(models, wrap), wrap))
         memo["all"] = found
     return memo["all"]
+
+
+# A file can only shard (itself or in its helpers) with what it imports from these.
+_SHARDING_MODULES = ("torch.distributed.fsdp", "torch.distributed._composable")
 
 
 # ---------------------------------------------------------------------------- optimizers
@@ -123,22 +128,17 @@ def _rebuilt_after(constructions, wrap: Wrap) -> bool:
 def _wraps(analysis, facts: FunctionFacts) -> List[Wrap]:
     out = []
     for call in facts.calls:
-        known = SHARDING_WRAPPERS.get(call.qualname or "")
-        if known is not None:
-            family, keep = known
-            if _keeps_parameters(call.node, keep):
-                continue
+        known = SHARDING_WRAPPERS.get(call.qualname) if call.qualname else None
+        if known is not None and not _keeps_parameters(call.node, known[1]):
             text = _wrapped_text(call.node)
             if text:
-                out.append(Wrap(call.site, family, text, None))
-            continue
-        callee = _local_callee(analysis, facts, call)
-        if callee is not None:
-            for index, family in _helper_wraps(analysis, callee):
-                expr = _argument(callee, call.node, index)
-                text = dotted(expr) if expr is not None else None
-                if text:
-                    out.append(Wrap(call.site, family, text, callee.name))
+                out.append(Wrap(call.site, known[0], text, None))
+    for local in facts.local_calls:
+        for index, family in _helper_wraps(analysis, local.callee):
+            expr = _argument(local.callee, local.node, index)
+            text = dotted(expr) if expr is not None else None
+            if text:
+                out.append(Wrap(local.site, family, text, local.callee.name))
     return out
 
 

@@ -84,39 +84,44 @@ class Unshuffled:
 def unshuffled_training_loaders(analysis) -> List[Unshuffled]:
     memo = analysis.memo("shuffling")
     if "all" not in memo:
-        by_node = {id(c.node): (f, c) for f, c in loader_constructions(analysis)}
         found: Dict[int, Unshuffled] = {}
-        for facts, call, fed_to, loop_facts, loop in _training_feeds(analysis, by_node):
-            if id(call.node) in found:
-                continue
-            dataset = _judge(analysis, facts, call, loop_facts, loop)
-            if dataset is not None:
-                found[id(call.node)] = Unshuffled(facts, call, dataset, fed_to)
+        feeds = _training_feeds(analysis)
+        if feeds:
+            by_node = {id(c.node): (f, c) for f, c in loader_constructions(analysis)}
+            for node, fed_to, loop_facts, loop in feeds:
+                hit = by_node.get(id(node))
+                if hit is None or id(node) in found:
+                    continue
+                facts, call = hit
+                dataset = _judge(analysis, facts, call, loop_facts, loop)
+                if dataset is not None:
+                    found[id(node)] = Unshuffled(facts, call, dataset, fed_to)
         memo["all"] = sorted(found.values(), key=lambda u: u.call.site.line)
     return memo["all"]
 
 
 # ---------------------------------------------------------------------------- what trains
-def _training_feeds(analysis, by_node):
-    """(facts, construction, how it is fed, loop facts, loop) for each training loader."""
+def _training_feeds(analysis) -> list:
+    """(loader construction node, how it is fed, loop facts, loop) for each loader a training
+    loop iterates or a single-device Lightning hook returns."""
+    feeds = []
     for facts in analysis.all_facts():
         if analysis.framework_owned(facts.func):
             continue
         for loop in analysis.training_loops(facts):
             for value in iterated_loaders(analysis, facts, loop):
-                hit = by_node.get(id(value.node)) if value.node is not None else None
-                if hit is not None:
-                    yield hit[0], hit[1], f"the training loop at line {loop.lineno}", facts, loop
-    if _lightning_trains_on_one_device(analysis):
+                if isinstance(value.node, ast.Call):
+                    feeds.append((value.node, f"the training loop at line {loop.lineno}", facts, loop))
+    if analysis.uses_framework("lightning") and _lightning_trains_on_one_device(analysis):
         for cls in analysis.index.classes.values():
             hook = cls.methods.get("train_dataloader")
             if hook is None or not (cls.is_lightning or _is_datamodule(cls)):
                 continue
             returned = analysis.facts_for(hook).returns
-            hit = by_node.get(id(returned.node)) if returned.has(V.LOADER) else None
-            if hit is not None:
-                yield (hit[0], hit[1], f"`{cls.name}.train_dataloader()`, which a single-device "
-                       f"Lightning `Trainer` trains on", None, None)
+            if returned.has(V.LOADER) and isinstance(returned.node, ast.Call):
+                feeds.append((returned.node, f"`{cls.name}.train_dataloader()`, which a "
+                              f"single-device Lightning `Trainer` trains on", None, None))
+    return feeds
 
 
 def _is_datamodule(cls) -> bool:

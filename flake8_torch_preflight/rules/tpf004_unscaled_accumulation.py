@@ -90,12 +90,15 @@ class UnscaledAccumulation(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for window in windows(analysis):
-            if window.owner is not None or every_step_resets(analysis, window):
+            if window.owner is not None:
+                continue
+            undivided = _undivided_backwards(analysis, window)
+            if not undivided or every_step_resets(analysis, window):
                 continue
             effect = _effect(analysis, window)
             if effect is None:
                 continue
-            for record, where in _undivided_backwards(analysis, window):
+            for record, where in undivided:
                 yield self._report(window, record, where, effect)
 
     def _report(self, window: Window, record, where: str, effect: Tuple[str, str]) -> Finding:

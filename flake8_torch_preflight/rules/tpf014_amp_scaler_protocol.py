@@ -61,7 +61,7 @@ from typing import Iterator, Optional
 from ..analysis import FileAnalysis
 from ..analysis.accumulation import every_micro_step, windows
 from ..analysis.amp import CLIP, SCALE, SCALER_STEP, UNSCALE, UPDATE, Event, ScaledLoop, \
-    exclusive, scaled_loops
+    exclusive, opaque, scaled_loops
 from ..analysis.astutil import short
 from ..findings import ERROR, Finding
 from .base import Rule
@@ -75,19 +75,17 @@ class AmpScalerProtocol(Rule):
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         reported = set()
         for scaled in scaled_loops(analysis):
-            for finding in self._clips_before_unscale(scaled):
+            for finding in self._clips_before_unscale(analysis, scaled):
                 if finding.line not in reported:
                     reported.add(finding.line)
                     yield finding
-            finding = self._step_bypasses_scaler(scaled)
+            finding = self._step_bypasses_scaler(analysis, scaled)
             if finding is not None:
                 yield finding
         yield from self._unscale_per_micro_step(analysis)
 
     # -------------------------------------------------------------- clip on scaled gradients
-    def _clips_before_unscale(self, scaled: ScaledLoop) -> Iterator[Finding]:
-        if scaled.opaque:
-            return
+    def _clips_before_unscale(self, analysis, scaled: ScaledLoop) -> Iterator[Finding]:
         for clip in scaled.of(CLIP):
             if clip.site.loops[-1] is not scaled.loop:
                 continue      # judged with the loop it runs in
@@ -97,7 +95,7 @@ class AmpScalerProtocol(Rule):
                 continue
             earlier = [u for u in scaled.of(UNSCALE, SCALER_STEP)
                        if u.site.line < clip.site.line and not exclusive(u.site, clip.site)]
-            if earlier:
+            if earlier or opaque(analysis, scaled):
                 continue
             later = [u for u in scaled.of(UNSCALE) if u.site.line > clip.site.line]
             after = (f"; the `unscale_` at line {later[0].site.line} comes after it"
@@ -114,8 +112,9 @@ class AmpScalerProtocol(Rule):
                 "step)")
 
     # -------------------------------------------------------------- step around the scaler
-    def _step_bypasses_scaler(self, scaled: ScaledLoop) -> Optional[Finding]:
-        if scaled.opaque or scaled.of(SCALER_STEP, UPDATE, UNSCALE):
+    def _step_bypasses_scaler(self, analysis, scaled: ScaledLoop) -> Optional[Finding]:
+        if not scaled.optimizer_steps or scaled.of(SCALER_STEP, UPDATE, UNSCALE) \
+                or opaque(analysis, scaled):
             return None
         scales = scaled.of(SCALE)
         for step in scaled.optimizer_steps:
