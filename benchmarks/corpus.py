@@ -2,7 +2,7 @@
 
     python -m benchmarks.corpus layout --dest /work/corpus [--mirrors /work/.mirror]
     python -m benchmarks.corpus lint   --dest /work/corpus --out /tmp/findings.txt [--flake8]
-    python -m benchmarks.corpus stats  --dest /work/corpus
+    python -m benchmarks.corpus stats  --dest /work/corpus [--subset tuned|new]
 
 `benchmarks/corpus.toml` names each repository, the commit and the folders (or single files)
 that are training-relevant. `layout` reads the snapshot that the `fetch` tool brought to
@@ -14,7 +14,11 @@ has the snapshots. Nothing of the corpus lives in this repository.
 flake8 start-up, independent of the entry points), or with `--flake8` as
 `flake8 --select TPF` subprocesses (what users run; honours `# noqa`). It writes one finding a
 line, `<name>/<path>:<line>:<col>: <code> <message>` (flake8's 1-based column), and prints a
-per-repository table of files, lines and findings per code.
+per-repository table of files, lines and findings per code. `--subset tuned` keeps the
+repositories the rules were tuned on (`tuned = true`), `--subset new` the others.
+
+`python -m benchmarks.mutants` injects the bugs the rules target into these files and measures
+recall (docs/recall.md).
 """
 from __future__ import annotations
 
@@ -48,6 +52,8 @@ class Repo(NamedTuple):
     repo: str
     commit: str
     folders: Tuple[str, ...]
+    kind: str = ""
+    tuned: bool = False      # one of the repositories the rules were tuned on (issue 14)
 
     def git_dir(self, mirrors: Path) -> Path:
         owner, name = self.repo.split("/", 1)
@@ -57,11 +63,19 @@ class Repo(NamedTuple):
 def load_corpus(path: Path = CORPUS_TOML) -> List[Repo]:
     with open(path, "rb") as handle:
         data = tomllib.load(handle)
-    repos = [Repo(r["name"], r["repo"], r["commit"], tuple(r["folders"])) for r in data["repo"]]
+    repos = [Repo(r["name"], r["repo"], r["commit"], tuple(r["folders"]), r.get("kind", ""),
+                  bool(r.get("tuned", False))) for r in data["repo"]]
     names = [r.name for r in repos]
     if len(set(names)) != len(names):
         raise SystemExit("corpus.toml: duplicate names")
     return repos
+
+
+def select_repos(repos: Sequence[Repo], subset: str) -> List[Repo]:
+    """`all`, `tuned` (the code the rules were tuned on) or `new` (the rest)."""
+    if subset == "all":
+        return list(repos)
+    return [r for r in repos if r.tuned == (subset == "tuned")]
 
 
 # ---------------------------------------------------------------------------------- layout
@@ -85,6 +99,13 @@ def python_blobs(repo: Repo, git_dir: Path) -> List[Tuple[str, str]]:
         if kind == b"blob" and mode in (b"100644", b"100755") and name.endswith(".py"):
             blobs.append((name, oid.decode()))
     return sorted(blobs)
+
+
+def unmatched_folders(repo: Repo, blobs: Sequence[Tuple[str, str]]) -> List[str]:
+    """Folders (or files) of the entry that match no laid-out file: a typo or a moved path."""
+    paths = [path for path, _ in blobs]
+    return [folder for folder in repo.folders if folder != "."
+            and not any(p == folder or p.startswith(folder.rstrip("/") + "/") for p in paths)]
 
 
 def read_blobs(git_dir: Path, oids: Sequence[str]) -> Iterator[bytes]:
@@ -116,11 +137,14 @@ def layout(repos: Sequence[Repo], mirrors: Path, dest: Path) -> int:
         if target.exists():
             shutil.rmtree(target)
         blobs = python_blobs(repo, git_dir)
+        for folder in unmatched_folders(repo, blobs):
+            missing.append(f"{repo.repo}: no .py file under `{folder}` at {repo.commit[:12]}")
         for (path, _), data in zip(blobs, read_blobs(git_dir, [oid for _, oid in blobs])):
             out = target / path
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
         manifest.append({"name": repo.name, "repo": repo.repo, "commit": repo.commit,
+                         "kind": repo.kind, "tuned": repo.tuned,
                          "folders": list(repo.folders), "files": len(blobs)})
         print(f"{repo.name:20} {repo.commit[:12]} {len(blobs):5d} .py files")
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -227,14 +251,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "of the engine in-process")
     p_lint.add_argument("--select", default="TPF")
     p_lint.add_argument("--jobs", default="auto", help="flake8 -j (with --flake8)")
+    for p in (p_lint,):
+        p.add_argument("--subset", choices=("all", "tuned", "new"), default="all",
+                       help="the repositories the rules were tuned on, the others, or all")
     p_stats = sub.add_parser("stats", help="files and lines per repository")
     p_stats.add_argument("--dest", type=Path, default=DEFAULT_DEST)
+    p_stats.add_argument("--subset", choices=("all", "tuned", "new"), default="all")
     args = parser.parse_args(argv)
 
     repos = load_corpus(args.corpus)
     if args.cmd == "layout":
         return layout(repos, args.mirrors, args.dest)
-    files = corpus_files(args.dest, repos)
+    files = corpus_files(args.dest, select_repos(repos, args.subset))
     if args.cmd == "stats":
         print(table(args.dest, files, []))
         return 0
