@@ -1,8 +1,8 @@
-"""A torchrun-style DDP training script with silent bugs, one per rule (TPF001-TPF013).
+"""A torchrun-style DDP/FSDP training script with silent bugs, one per rule (TPF001-TPF018).
 
 The model inspects product photos: a shared CNN backbone with a product-category head
 (cross-entropy) and a binary "defective" head (weighted binary cross-entropy), trained with
-AMP and gradient accumulation after a short warm-up of the two heads.
+AMP and gradient accumulation between a warm-up of the heads and a re-fit of the defect head.
 
 Launch: `torchrun --nproc_per_node=4 examples/bad_train.py --epochs 10`.
 Each buggy line ends with `# expect: TPFnnn`; `good_train.py` is the same script, fixed.
@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Subset, TensorDataset
-from torch.utils.data.distributed import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 NUM_CATEGORIES = 10
 DEFECT_RATE = 0.08
@@ -98,10 +98,10 @@ def train(args):
 
     train_set, val_set = make_datasets()
     train_loader, warmup_loader, val_loader = make_loaders(train_set, val_set, args.batch_size)
-    model = DDP(InspectionNet().to(device), device_ids=[local_rank])
+    model = InspectionNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)  # expect: TPF017
+    model = FSDP(model, device_id=local_rank) if args.fsdp else DDP(model, device_ids=[local_rank])
     warmup_heads(model, warmup_loader, device)
-
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
     criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
     pos_weight = torch.tensor([(1 - DEFECT_RATE) / DEFECT_RATE])
     model.train()
@@ -136,9 +136,31 @@ def train(args):
             print(f"epoch {epoch}: loss {epoch_loss.item() / len(train_loader):.4f}, "
                   f"val acc {accuracy:.3f}, defect recall {defect_recall:.3f}, "
                   f"train hits per class {class_correct}")
+    rebalance_defect_head(model, train_set, device)
     if dist.get_rank() == 0:
         torch.save(model.module.state_dict(), args.out)
     dist.destroy_process_group()
+
+
+def rebalance_defect_head(model, train_set, device, accum_steps: int = 4):
+    """Re-fit the defect head on this rank's shard of the photos: AMP, 4 micro-batches a step."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    shard = Subset(train_set, range(rank, len(train_set), world))
+    loader = DataLoader(shard, batch_size=32, num_workers=4, pin_memory=True)  # expect: TPF018
+    defect_opt = torch.optim.SGD(model.module.defect_head.parameters(), lr=1e-3, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda")
+    model.train  # expect: TPF016
+    for i, (x, _, defective) in enumerate(loader):
+        x, defective = x.to(device, non_blocking=True), defective.to(device, non_blocking=True)
+        defect_opt.zero_grad(set_to_none=True)  # expect: TPF015
+        with torch.autocast("cuda", dtype=torch.float16):
+            _, defect_logit = model(x)
+            loss = F.binary_cross_entropy_with_logits(defect_logit, defective) / accum_steps
+        scaler.scale(loss).backward()
+        if (i + 1) % accum_steps == 0:
+            torch.nn.utils.clip_grad_norm_(model.module.defect_head.parameters(), 1.0)  # expect: TPF014
+            scaler.step(defect_opt)
+            scaler.update()
 
 
 if __name__ == "__main__":
@@ -148,6 +170,7 @@ if __name__ == "__main__":
     parser.add_argument("--accum-steps", type=int, default=4)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--defect-weight", type=float, default=0.5)
+    parser.add_argument("--fsdp", action="store_true", help="shard with FSDP instead of DDP")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="inspection_net.pt")
     train(parser.parse_args())

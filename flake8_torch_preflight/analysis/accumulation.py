@@ -298,8 +298,8 @@ def _is_count_reached(test: ast.expr, varying: FrozenSet[str]) -> bool:
     if isinstance(test, ast.BoolOp):
         return any(_is_count_reached(v, varying) for v in test.values)
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1
-            and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))):
-        return False
+            and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.GtE, ast.Gt, ast.Lt, ast.LtE))):
+        return False      # either side of the test may be the one that steps
     text = dotted(test.left)
     return bool(text) and text in varying and bool(_COUNT.search(text.rsplit(".", 1)[-1]))
 
@@ -372,8 +372,10 @@ def _owner(analysis, facts: FunctionFacts, loop: ast.AST, backwards) -> Optional
         if isinstance(record, Backward):
             if record.via == "engine":
                 return "a DeepSpeed engine"
-            if record.via == "accelerator" and _accelerator_accumulates(analysis, facts, record):
-                return "an Accelerator built with an accumulation count"
+            if record.via == "accelerator":
+                owner = _backward_owner(analysis, facts, record)
+                if owner is not None:
+                    return owner
     return None
 
 
@@ -381,20 +383,25 @@ _ACCELERATOR_ACCUMULATION = ("gradient_accumulation_steps", "gradient_accumulati
                              "deepspeed_plugin")
 
 
-def _accelerator_accumulates(analysis, facts: FunctionFacts, backward: Backward) -> bool:
-    """`accelerator.backward(loss)` divides by the Accelerator's accumulation count: True
-    unless we can see the `Accelerator(...)` call and it sets no count (or literally 1)."""
+def _backward_owner(analysis, facts: FunctionFacts, backward: Backward) -> Optional[str]:
+    """Who scales `x.backward(loss)` (flow's "accelerator" kind: a backward that takes the
+    loss as an argument). An Accelerate `Accelerator` divides by its accumulation count,
+    so it owns the window unless we can see its construction and it sets no count (or
+    literally 1); any other object's `backward(loss)` (a ColossalAI or apex optimizer, a
+    booster) is code we cannot read, which may scale: unknown, so it owns the window too."""
     from .optimizers import call_at
     call = call_at(analysis, facts, backward.site.node)
     receiver = call.receiver if call is not None else None
-    node = receiver.node if receiver is not None else None
+    if receiver is None or not receiver.has(V.ACCELERATOR):
+        return "an object whose `backward(loss)` the analysis cannot read"
+    node = receiver.node
     if not isinstance(node, ast.Call) or any(kw.arg is None for kw in node.keywords):
-        return True
+        return "an Accelerator whose accumulation count the analysis cannot see"
     for name in _ACCELERATOR_ACCUMULATION:
         value = keyword(node, name)
         if value is not None and not (isinstance(value, ast.Constant) and value.value in (1, None)):
-            return True
-    return False
+            return "an Accelerator built with an accumulation count"
+    return None
 
 
 def every_step_resets(analysis, window: Window) -> List[Site]:

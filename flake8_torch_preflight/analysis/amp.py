@@ -42,6 +42,17 @@ class ScaledLoop:
     def of(self, *what: str) -> List[Event]:
         return [e for e in self.events if e.what in what]
 
+    def owns(self, site: Site) -> bool:
+        """`site` runs in this region itself, not in a loop nested in it."""
+        return (site.loops[-1] if site.loops else None) is self.loop
+
+    @property
+    def where(self) -> str:
+        if self.loop is not None:
+            return f"the loop at line {self.loop.lineno}"
+        func = self.facts.func
+        return f"`{func.name}()`" if func is not None else "the module body"
+
 
 def scaled_loops(analysis) -> List[ScaledLoop]:
     """Every loop (outside Lightning / HF Trainer code) that scales a loss; memoised. Only
@@ -59,15 +70,17 @@ def scaled_loops(analysis) -> List[ScaledLoop]:
         for facts in analysis.all_facts():
             if analysis.framework_owned(facts.func):
                 continue
-            loops = {loop for site in direct[id(facts)] for loop in site.loops}
+            sites = list(direct[id(facts)])
             if scaling:
-                loops.update(loop for local in facts.local_calls if local.callee in scaling
-                             for loop in local.site.loops)
-            for loop in facts.loops:
-                if loop in loops:
-                    scaled = _scaled_loop(analysis, facts, loop)
-                    if scaled is not None:
-                        found.append(scaled)
+                sites += [local.site for local in facts.local_calls if local.callee in scaling]
+            loops = {loop for site in sites for loop in site.loops}
+            regions = [loop for loop in facts.loops if loop in loops]
+            if any(not site.loops for site in sites):
+                regions.append(None)     # the step function's own body
+            for loop in regions:
+                scaled = _scaled_loop(analysis, facts, loop)
+                if scaled is not None:
+                    found.append(scaled)
         memo["loops"] = found
     return memo["loops"]
 
@@ -95,21 +108,28 @@ def exclusive(a: Site, b: Site) -> bool:
     return any(id(c.test) in mine and mine[id(c.test)] != c.negated for c in b.conds)
 
 
-def _scaled_loop(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[ScaledLoop]:
+def _in_region(analysis, facts: FunctionFacts, events: str, loop: Optional[ast.AST]) -> list:
+    """`facts.<events>` made in `loop`, or, for `None`, outside every loop of the function."""
+    if loop is not None:
+        return analysis.in_loop(facts, events, loop)
+    return [r for r in getattr(facts, events) if not r.site.loops]
+
+
+def _scaled_loop(analysis, facts: FunctionFacts, loop: Optional[ast.AST]) -> Optional[ScaledLoop]:
     events: List[Event] = []
-    for call in analysis.in_loop(facts, "calls", loop):
+    for call in _in_region(analysis, facts, "calls", loop):
         what = _scaler_event(call)
         if what is not None:
             if what != SCALE or _enabled(call.receiver):
                 events.append(Event(what, call.site, node=call.node))
         elif is_clip(call):
             events.append(Event(CLIP, call.site, node=call.node))
-    for local in analysis.in_loop(facts, "local_calls", loop):
+    for local in _in_region(analysis, facts, "local_calls", loop):
         for what, node in _helper_events(analysis, local.callee):
             events.append(Event(what, local.site, helper=local.callee.name, node=node))
     if not any(e.what == SCALE for e in events):
         return None
-    steps = tuple(s for s in analysis.in_loop(facts, "steps", loop) if s.via == "optimizer")
+    steps = tuple(s for s in _in_region(analysis, facts, "steps", loop) if s.via == "optimizer")
     events.sort(key=lambda e: (e.site.line, e.site.col))
     return ScaledLoop(facts, loop, tuple(events), steps)
 
@@ -120,7 +140,7 @@ def opaque(analysis, scaled: ScaledLoop) -> bool:
     key = (id(scaled.facts), id(scaled.loop))
     if key not in memo:
         memo[key] = any(_passes_scaler_away(analysis, c)
-                        for c in analysis.in_loop(scaled.facts, "calls", scaled.loop))
+                        for c in _in_region(analysis, scaled.facts, "calls", scaled.loop))
     return memo[key]
 
 

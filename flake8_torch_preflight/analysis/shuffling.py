@@ -182,6 +182,8 @@ def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
         return None
     if ddp_wraps(analysis) and sharding_reason(analysis, facts, call) is None:
         return None           # TPF008 reports this loader (its fix shuffles too)
+    if _replaced_by_unknown_call(analysis, call):
+        return None
     return kind
 
 
@@ -200,6 +202,51 @@ def _may_shuffle(node: ast.Call) -> bool:
         if sampler is not None and not is_const(sampler, None):
             return True
     return False
+
+
+# Calls that hand a loader back with its order unchanged: Accelerate's `prepare` keeps the
+# loader's sampler; Fabric's `setup_dataloaders` shuffles a distributed sampler only when the
+# original sampler shuffled.
+ORDER_KEEPING_METHODS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders"})
+
+
+def _replaced_by_unknown_call(analysis, construction: CallSite) -> bool:
+    """The loader is passed to a call we cannot read whose result is bound back to the
+    loader's own name (`model, opt, train_loader = privacy_engine.make_private(...,
+    data_loader=train_loader)`): the loader trained on may be another, with its own sampler."""
+    target = _bound_name(construction)
+    if target is None:
+        return False
+    from .distributed import all_calls
+    for facts, call in all_calls(analysis):
+        if call.method in ORDER_KEEPING_METHODS or call is construction:
+            continue
+        stmt = call.site.stmt
+        if not (isinstance(stmt, ast.Assign) and stmt.value is call.node
+                and target in _target_texts(stmt.targets)):
+            continue
+        passed = list(call.node.args) + [kw.value for kw in call.node.keywords]
+        if any(facts.value(arg).node is construction.node for arg in passed):
+            return True
+    return False
+
+
+def _bound_name(call: CallSite) -> Optional[str]:
+    stmt = call.site.stmt
+    if isinstance(stmt, ast.Assign) and stmt.value is call.node and len(stmt.targets) == 1:
+        return dotted(stmt.targets[0])
+    return None
+
+
+def _target_texts(targets) -> List[str]:
+    out = []
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                text = dotted(node)
+                if text:
+                    out.append(text)
+    return out
 
 
 def _named_for_evaluation(expr: ast.expr) -> bool:

@@ -8,7 +8,8 @@ analysis (`analysis/accumulation.py`) recognises:
 
 - a loop that backwards every iteration and steps only under a counter test
   (`if (i + 1) % accum == 0:`), a flag it updates (`if need_update:`,
-  `if not is_accumulating:`) or a count it advances (`if micro == accum_steps:`);
+  `if not is_accumulating:`) or a count it advances (`if micro == accum_steps:`), written as
+  an `if` around the step or as an early `if <not yet>: continue` before it;
 - a micro-batch loop (`for i in range(0, batch, micro):`, `for chunk in x.chunk(4):`,
   `for _ in range(accum_steps):`) that backwards every iteration, with `optimizer.step()`
   after it.

@@ -2,7 +2,8 @@
 
 ## What it does
 In a loop that backwards a loss scaled by `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler`
-(`scaler.scale(loss).backward()`, in the loop or in a helper it calls), reports:
+(`scaler.scale(loss).backward()`, in the loop or in a helper it calls), or in the straight-line
+body of a step function that does (`def run_batch(...)`, called per batch), reports:
 
 - a gradient clip (`clip_grad_norm_`, `clip_grad_value_`, a wrapped model's
   `clip_grad_norm_`) with no `scaler.unscale_(optimizer)` before it in the iteration;
@@ -87,7 +88,7 @@ class AmpScalerProtocol(Rule):
     # -------------------------------------------------------------- clip on scaled gradients
     def _clips_before_unscale(self, analysis, scaled: ScaledLoop) -> Iterator[Finding]:
         for clip in scaled.of(CLIP):
-            if clip.site.loops[-1] is not scaled.loop:
+            if not scaled.owns(clip.site):
                 continue      # judged with the loop it runs in
             scales = [s for s in scaled.of(SCALE)
                       if s.site.line < clip.site.line and not exclusive(s.site, clip.site)]
@@ -104,9 +105,9 @@ class AmpScalerProtocol(Rule):
                 clip.site,
                 "gradients are clipped while still scaled by the GradScaler: the threshold "
                 "applies to gradients × the loss scale (65,536 at the start)",
-                f"{_where(scales[0])} scales the loss in the loop at line "
-                f"{scaled.loop.lineno}; {_shown(clip)} at line {clip.site.line} runs with no "
-                f"`scaler.unscale_(optimizer)` before it in the iteration{after}, so it fires on "
+                f"{_where(scales[0])} scales the loss in {scaled.where}; {_shown(clip)} at line "
+                f"{clip.site.line} runs with no `scaler.unscale_(optimizer)` before it in the "
+                f"iteration{after}, so it fires on "
                 f"every step and cuts the real gradients to about a 65,536th of its threshold",
                 "call `scaler.unscale_(optimizer)` right before the clip (once per optimizer "
                 "step)")
@@ -118,7 +119,7 @@ class AmpScalerProtocol(Rule):
             return None
         scales = scaled.of(SCALE)
         for step in scaled.optimizer_steps:
-            if step.site.loops[-1] is not scaled.loop:
+            if not scaled.owns(step.site):
                 continue      # judged with the loop it runs in
             if all(exclusive(s.site, step.site) for s in scales):
                 continue
@@ -127,10 +128,9 @@ class AmpScalerProtocol(Rule):
                 "the optimizer steps on scaled gradients: `optimizer.step()` bypasses the "
                 "GradScaler",
                 f"{_where(scales[0])} multiplies the loss by the loss scale (65,536 "
-                f"at the start); `{short(step.site.node, 40)}` at line {step.site.line} in the "
-                f"loop at line {scaled.loop.lineno} applies the gradients as they are, and "
-                f"nothing in the loop calls `scaler.step(optimizer)`, `scaler.update()` or "
-                f"`scaler.unscale_()`",
+                f"at the start); `{short(step.site.node, 40)}` at line {step.site.line} in "
+                f"{scaled.where} applies the gradients as they are, and nothing there calls "
+                f"`scaler.step(optimizer)`, `scaler.update()` or `scaler.unscale_()`",
                 "replace `optimizer.step()` with `scaler.step(optimizer)` followed by "
                 "`scaler.update()`")
         return None

@@ -45,9 +45,10 @@ Quiet where the framework makes the reset harmless or owns the window: Accelerat
 `AcceleratedOptimizer.zero_grad` in accelerate's `optimizer.py` checks
 `gradient_state.sync_gradients`), an `Accelerator` built with an accumulation count,
 DeepSpeed engines, Lightning and HF `Trainer` code. A reset under any test that may change
-between iterations is taken as deliberate. When the loop steps several optimizers (GANs),
-only a reset of one whose step is gated counts. An accumulation gate written as an early
-`continue`, and windows split across files, are not seen.
+between iterations, or under any test at all (a configuration switch such as
+`if args.accum_steps == 1:`), is taken as deliberate. An early `if not need_update: continue`
+gates everything after it. When the loop steps several optimizers (GANs), only a reset of one
+whose step is gated counts. Windows split across files are not seen.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPF016 call-without-parentheses: a training call written without `()`, or a context manager used as a statement.
+"""TPF016 call-without-parentheses: a training call without `()`, or a context manager as a statement.
 
 ## What it does
 Reports expression statements that name an action without performing it:
