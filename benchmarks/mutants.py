@@ -199,6 +199,10 @@ def recall_table(results: Sequence[Result], by: str = "code", top: int = 3) -> s
         bugs = [r for r in results if r.mutant.mutation.operator not in NOTE_OPERATORS]
         if bugs:
             rows.append(_row("**all (errors and warnings)**", bugs, top))
+            recalls = [sum(r.reported for r in group) / len(group)
+                       for key, group in groups.items() if "(note)" not in key]
+            rows.append(f"| **mean of the rules' recalls** | | | "
+                        f"{100 * sum(recalls) / len(recalls):.0f} % | every rule weighs the same |")
     return "\n".join(rows)
 
 
@@ -244,6 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="print N missed mutants per rule with their diff")
     parser.add_argument("--by-variant", action="store_true",
                         help="also print the table per operator and variant")
+    parser.add_argument("--by-subset", action="store_true",
+                        help="also print the table for the tuned and the new repositories apart")
     args = parser.parse_args(argv)
 
     codes = {c.strip().upper() for c in args.rules.split(",") if c.strip()}
@@ -267,6 +273,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.by_variant:
         print()
         print(recall_table(results, by="variant"))
+    if args.by_subset:
+        tuned = {r.name for r in repos if r.tuned}
+        for label, keep in (("tuned", True), ("new", False)):
+            part = [r for r in results if (r.mutant.repo in tuned) == keep]
+            if part:
+                print(f"\nsubset {label}: {len(part)} mutants")
+                print(recall_table(part))
     if args.show_misses:
         print()
         print(show_misses(results, args.show_misses, args.seed))

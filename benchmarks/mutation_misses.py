@@ -158,6 +158,12 @@ def _project_module(path: str, module: str, level: int) -> bool:
 def _stored_reason(analysis, facts, mutation: Mutation, line: int) -> Optional[str]:
     stores = [s for s in facts.stores if s.site.line == line]
     if not stores:
+        loop_line = line_mapper(mutation.edits)(mutation.loop_line or line)
+        forwards = [f for f in facts.forwards
+                    if any(getattr(loop, "lineno", None) == loop_line for loop in f.site.loops)]
+        if not forwards:
+            return "no forward recognised in the loop (model of unknown type: a parameter, " \
+                   "a library class, a factory)"
         return "store not recorded (container or target not tracked)"
     if not any(s.value.grad for s in stores):
         return "stored value not known to carry a graph (value of unknown type)"
@@ -196,6 +202,37 @@ def _is_loss(call) -> bool:
     return "loss_fn" in tags
 
 
+def _receiver_reason(analysis, facts, mutation: Mutation, line: int) -> Optional[str]:
+    """TPF016: is the receiver of the bare `x.eval` known as a module / optimizer?"""
+    stmt = next((n for n in ast.walk(analysis.tree) if isinstance(n, ast.Expr)
+                 and n.lineno == line and isinstance(n.value, ast.Attribute)), None)
+    if stmt is None:
+        return None
+    tags = getattr(facts.value(stmt.value.value), "tags", ())
+    if not {"module", "optimizer", "ddp", "engine"} & set(tags):
+        return "receiver of unknown type (not known as a module or optimizer)"
+    return None
+
+
+def _dataset_reason(analysis, facts, mutation: Mutation, line: int) -> Optional[str]:
+    origin = mutation.variant.rsplit("dataset=", 1)[-1]
+    if origin in ("torchvision", "torch.utils.data", "class-of-this-file"):
+        return None
+    return f"dataset of a kind this file does not prove map-style ({origin})"
+
+
+def _accumulation_reason(analysis, facts, mutation: Mutation, line: int) -> Optional[str]:
+    """TPF004: the accumulation count may be 1 (bound to a literal 1 in the file)."""
+    divisor = mutation.detail.rsplit(".", 1)[-1]
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                and node.value.value == 1 and any(
+                    (getattr(t, "id", None) or getattr(t, "attr", None)) == divisor
+                    for t in node.targets):
+            return f"accumulation count may be 1 (`{divisor} = 1` in this file)"
+    return None
+
+
 def _variant_reason(reasons: dict) -> Callable:
     def reason(analysis, facts, mutation: Mutation, line: int) -> Optional[str]:
         return reasons.get(mutation.variant)
@@ -204,6 +241,9 @@ def _variant_reason(reasons: dict) -> Callable:
 
 _SPECIFIC = {
     "TPF001": _stored_reason,
+    "TPF004": _accumulation_reason,
+    "TPF016": _receiver_reason,
+    "TPF018": _dataset_reason,
     "TPF002": _eval_reason,
     "TPF005": _activation_reason("softmax"),
     "TPF006": _activation_reason("sigmoid"),

@@ -627,7 +627,11 @@ def _other_breaker_above(src: Source, breaker: ast.Call, root: ast.AST) -> bool:
 # ------------------------------------------------------------------ TPF002: no_grad
 
 def remove_no_grad(src: Source, rng: random.Random) -> Iterator[Mutation]:
-    """TPF002: remove the `no_grad` of evaluation code that runs a model forward."""
+    """TPF002: remove the `no_grad` of evaluation code that runs a model forward (not in
+    pytest files, whose `test_*` functions are tests, not evaluation)."""
+    base = src.path.replace("\\", "/").rsplit("/", 1)[-1]
+    if base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py":
+        return
     for node in src.nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield from _undecorate(src, node)
@@ -1275,8 +1279,38 @@ def drop_shuffle(src: Source, rng: random.Random) -> Iterator[Mutation]:
         variant = _training_loader(src, call)
         if variant is None:
             continue
+        variant += ":dataset=" + _dataset_origin(src, call)
         yield Mutation("TPF018", "drop-shuffle", variant, kw.lineno,
                        tuple(remove_keyword(src, call, kw)), None, assigned_name(src, call) or "")
+
+
+def _dataset_origin(src: Source, loader: ast.Call) -> str:
+    """Where the loader's dataset comes from, as far as this file says (for the breakdown):
+    a class of this file, a library class, a call of something else, a parameter."""
+    dataset = loader.args[0] if loader.args else _kw_value(loader, "dataset")
+    if dataset is None:
+        return "none"
+    value = dataset
+    if isinstance(dataset, (ast.Name, ast.Attribute)):
+        values = _visible_bindings(src, loader, dataset.id) if isinstance(dataset, ast.Name) \
+            else _bindings(src, dotted(dataset) or "", src.enclosing_scope(loader))
+        if not values:
+            return "parameter-or-unbound"
+        value = values[-1]
+    if not isinstance(value, ast.Call):
+        return "expression"
+    qual = resolved(src, value.func)
+    name = last_name(qual)
+    if name in src.functions and any(isinstance(a, ast.ClassDef) and a.name == name
+                                     for a in src.nodes):
+        return "class-of-this-file"
+    for prefix in ("torchvision", "torch.utils.data", "datasets", "torchaudio", "torch_geometric",
+                   "dgl", "transformers"):
+        if qual.startswith(prefix + "."):
+            return prefix
+    if any(isinstance(a, ast.ClassDef) and a.name == name for a in src.nodes):
+        return "class-of-this-file"
+    return "call-of-other-code"
 
 
 def _training_loader(src: Source, call: ast.Call) -> Optional[str]:
