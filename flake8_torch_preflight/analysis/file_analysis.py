@@ -14,6 +14,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import semantics, workspace
 from .astutil import dotted, iterated_expr
+from .bindings import scan_bindings
 from .events import FunctionFacts, LocalCall, Site
 from .flow import FlowAnalyzer
 from .imports import ImportTable
@@ -46,6 +47,7 @@ class FileAnalysis:
         self._module_facts: Optional[FunctionFacts] = None
         self._memos: Dict[str, Dict] = {}
         self._others: Dict[str, Optional["FileAnalysis"]] = {}
+        self._live: Dict[FunctionInfo, FlowAnalyzer] = {}    # functions being analysed now
         self._callers: Optional[Dict[FunctionInfo, List[Tuple[FunctionFacts, LocalCall]]]] = None
 
     # ------------------------------------------------------------------ the file
@@ -110,13 +112,47 @@ class FileAnalysis:
             facts = FunctionFacts(func=func)
             params = {name: semantics.parameter_value(func, i, name)
                       for i, name in enumerate(func.params)}
-            analyzer = FlowAnalyzer(self, func, facts, params, self.global_env)
+            analyzer = FlowAnalyzer(self, func, facts, params, self._outer_names(func))
+            self._live[func] = analyzer
             analyzer.run(func.node.body)
             facts.env = analyzer.env
         finally:
             self._in_progress.discard(func)
+            self._live.pop(func, None)
         self._facts[func] = facts
         return facts
+
+    def _outer_names(self, func: FunctionInfo) -> "_OuterNames":
+        """What a function reads from the scopes around it: the functions it is nested in
+        (closure variables, as bound so far when the enclosing function is being analysed,
+        else as it ends), then the module's globals."""
+        scopes = []
+        parent = func.parent
+        while parent is not None:
+            scopes.append(lambda parent=parent: self._env_of(parent))
+            parent = parent.parent
+        return _OuterNames(scopes, self.global_env) if scopes else self.global_env
+
+    def binding_scope(self, func: Optional[FunctionInfo], name: str) -> str:
+        """The qualified name of the innermost function from `func` outwards that binds
+        `name` (a closure variable's home), or `<module>`."""
+        while func is not None:
+            names = self.memo("bound_names").get(func)
+            if names is None:
+                names = scan_bindings(func.node.body)[0] | set(func.params)
+                self.memo("bound_names")[func] = names
+            if name in names:
+                return func.qualname
+            func = func.parent
+        return "<module>"
+
+    def _env_of(self, func: FunctionInfo):
+        live = self._live.get(func)
+        if live is not None:
+            return live.env
+        if func in self._in_progress:
+            return None
+        return self.facts_for(func).env
 
     def all_facts(self) -> Iterator[FunctionFacts]:
         """The module body, then every function, in source order."""
@@ -275,6 +311,27 @@ class _ModuleGlobals:
 
     def __contains__(self, name: str) -> bool:
         return self.analyzer is not None and name in self.analyzer.env
+
+
+class _OuterNames:
+    """Names of the enclosing functions' scopes, innermost first, then the module's. A value
+    read from an enclosing function is that function's: the parameter positions it depends
+    on are the enclosing function's, not the reader's, so they are dropped."""
+
+    def __init__(self, scopes, module_names) -> None:
+        self.scopes = scopes
+        self.module_names = module_names
+
+    def get(self, name: str, default=None):
+        for scope in self.scopes:
+            env = scope()
+            if env is not None and name in env:
+                return env[name].without_params()
+        return self.module_names.get(name, default)
+
+    def __contains__(self, name: str) -> bool:
+        return any(name in env for env in (scope() for scope in self.scopes) if env is not None) \
+            or name in self.module_names
 
 
 def iterated_name(loop: ast.AST) -> Optional[str]:

@@ -89,7 +89,7 @@ class FlowAnalyzer:
         if head == "self" and self.func is not None and self.func.cls is not None:
             return f"{self.func.cls.name}.{text}", text
         if self.local_names is not None and head not in self.local_names:
-            return f"<module>:{text}", text
+            return f"{self.a.binding_scope(self.func.parent, head)}:{text}", text
         return f"{self.scope}:{text}", text
 
     # ------------------------------------------------------------------ the environment

@@ -84,7 +84,7 @@ SIGMOID_MODULES = frozenset({"torch.nn.Sigmoid"})
 # model (still the same model, its class and its DDP-ness kept).
 HF_MODEL_FACTORY_RE = re.compile(
     r"^(transformers\.(Auto\w*Model\w*|\w*(Model|ForCausalLM|For\w+))\.from_pretrained"
-    r"|transformers\.\w*(Model|For\w+)"
+    r"|transformers\.(?!DataCollator)\w*(Model|For\w+)"   # not `DataCollatorForSeq2Seq`
     r"|peft\.get_peft_model|peft\.PeftModel\.from_pretrained"
     r"|diffusers\.(?!\w*Pipeline)\w+Model\w*(\.from_pretrained)?)$"
 )
