@@ -92,8 +92,9 @@ class Window:
     steps: Tuple[Site, ...]           # the step(s) that end the window (or calls of helpers that step)
     gate: Gate
     backwards: Tuple[object, ...]     # Backward records, or LocalCalls of helpers that backward
-    owner: Optional[str]              # the framework that scales and gates it, if any
+    owner: Optional[str]              # who scales the loss for the user, if anyone (or may)
     loop_count: Optional[str] = None  # a micro-batch loop's count as written, if known
+    gated_by: Optional[str] = None    # the framework that gates resets and steps for the user
 
     @property
     def count(self) -> Optional[str]:
@@ -161,7 +162,8 @@ def _gated_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Win
     first = min(range(len(steps)), key=lambda i: steps[i].line)
     gate = gates[first]
     return Window(facts, loop, tuple(steps), gate, tuple(backwards),
-                  _owner(analysis, facts, loop, backwards))
+                  _owner(analysis, facts, loop, backwards),
+                  gated_by=_gated_by(analysis, facts, loop, backwards))
 
 
 def _every_iteration_backwards(analysis, facts, loop, varying) -> List[object]:
@@ -203,7 +205,8 @@ def _micro_loop_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optiona
         return None
     gate = Gate(MICRO_LOOP, None, loop.lineno)
     return Window(facts, loop, tuple(steps), gate, tuple(backwards),
-                  _owner(analysis, facts, loop, backwards), count or None)
+                  _owner(analysis, facts, loop, backwards), count or None,
+                  _gated_by(analysis, facts, loop, backwards))
 
 
 def _micro_batch_count(analysis, facts, loop) -> Optional[str]:
@@ -363,6 +366,22 @@ def _site(record) -> Site:
 
 
 # ---------------------------------------------------------------------------- owners
+def _gated_by(analysis, facts: FunctionFacts, loop: ast.AST, backwards) -> Optional[str]:
+    """The framework that makes per-micro-step resets and steps harmless: DeepSpeed engines
+    (`engine.step` acts at the boundary and zeroes there) and Accelerate's `accumulate()` (its
+    prepared optimizer skips `step` / `zero_grad` until the boundary). An object whose
+    `backward(loss)` we cannot read may scale the loss (TPF004 stays quiet), but it does not
+    make `optimizer.zero_grad()` a no-op."""
+    if any(s.via == "engine" for s in analysis.in_loop(facts, "steps", loop)):
+        return "a DeepSpeed engine"
+    for record in backwards:
+        if record.site.accumulate:
+            return "Accelerate's `accumulate()`"
+        if isinstance(record, Backward) and record.via == "engine":
+            return "a DeepSpeed engine"
+    return None
+
+
 def _owner(analysis, facts: FunctionFacts, loop: ast.AST, backwards) -> Optional[str]:
     if any(s.via == "engine" for s in analysis.in_loop(facts, "steps", loop)):
         return "a DeepSpeed engine"

@@ -20,9 +20,13 @@ from .events import FunctionFacts
 
 # Methods that only act when called, and the receivers they belong to.
 MODULE_KIND, OPTIMIZER_KIND, SCHEDULER_KIND, LOSS_KIND = "module", "optimizer", "scheduler", "loss"
+OWN_METHOD_KIND = "own method"    # `self.train` in a class that defines `train()`
+# What a value may be known to be that rules out every receiver above.
+_OTHER_KINDS = frozenset({V.LOADER, V.SAMPLER, V.DIST_SAMPLER, V.CONTAINER, V.ACCELERATOR,
+                          V.FABRIC, V.PYSCALAR, V.CUDA_DEVICE, V.SCALER})
 METHOD_RECEIVERS = {
-    "eval": (MODULE_KIND,),
-    "train": (MODULE_KIND,),
+    "eval": (MODULE_KIND, OPTIMIZER_KIND),     # schedule-free optimizers switch too
+    "train": (MODULE_KIND, OPTIMIZER_KIND),
     "zero_grad": (OPTIMIZER_KIND, MODULE_KIND),
     "step": (OPTIMIZER_KIND, SCHEDULER_KIND),
     "backward": (LOSS_KIND,),
@@ -33,6 +37,12 @@ CONTEXT_MANAGERS = frozenset(api.GRAD_DISABLING | {
     "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",
     "torch.amp.autocast_mode.autocast"})
 _LOSS_NAME = re.compile(r"loss", re.IGNORECASE)
+# Names that say "a module" (`model`, `text_encoder`, `netG`, `model_engine`, `self.teacher`).
+_MODULE_NAME = re.compile(
+    r"(^|_)(model|models|net|network|module|encoder|decoder|generator|discriminator|backbone"
+    r"|student|teacher|classifier|policy|critic|actor|unet|vae|transformer|engine|criterion"
+    r"|layer|layers|embedding|embeddings|head|heads)$"
+    r"|^net[A-Z]\w*$|^(model|net)_\w+$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,11 @@ def _classify(analysis, facts: FunctionFacts, stmt: ast.Expr) -> Optional[BareSt
     if not isinstance(expr, ast.Attribute) or expr.attr not in METHOD_RECEIVERS or qual is not None:
         return None
     text = dotted(expr.value) or ""
-    kind, by_name = _receiver_kind(facts.value(expr.value), text, METHOD_RECEIVERS[expr.attr])
+    value = facts.value(expr.value)
+    if text == "self" and value.cls is not None and value.cls.method(expr.attr) is not None \
+            and not value.cls.is_module:
+        return BareStatement(facts, stmt, "method", expr.attr, text, OWN_METHOD_KIND)
+    kind, by_name = _receiver_kind(value, text, METHOD_RECEIVERS[expr.attr])
     if kind is None:
         return None
     return BareStatement(facts, stmt, "method", expr.attr, text, kind, by_name)
@@ -130,8 +144,9 @@ def _receiver_kind(value: V.Value, text: str, wanted) -> tuple:
     """(kind, by_name): what the receiver is, from its value; from its name only when the
     analysis knows nothing about it; (None, False) when it is something else."""
     by_value = {
-        MODULE_KIND: value.has(V.MODULE) or value.has(V.SELF) and value.cls is not None
-        and value.cls.is_module,
+        MODULE_KIND: value.has(V.MODULE) or value.has(V.LOSS_FN) or (
+            value.has(V.SELF) and value.cls is not None
+            and (value.cls.is_module or value.cls.method("forward") is not None)),
         OPTIMIZER_KIND: value.has(V.OPTIMIZER),
         SCHEDULER_KIND: value.has(V.SCHEDULER),
         LOSS_KIND: (value.grad and not value.leaf) or value.has(V.LOSS),
@@ -139,11 +154,11 @@ def _receiver_kind(value: V.Value, text: str, wanted) -> tuple:
     for kind in wanted:
         if by_value[kind]:
             return kind, False
-    if value.tags or value.grad or value.cls is not None or not text:
+    if value.tags & _OTHER_KINDS or value.grad or value.cls is not None or not text:
         return None, False     # a known object of another kind
     last = text.rsplit(".", 1)[-1]
     by_name = {
-        MODULE_KIND: bool(api.MODEL_PARAM_RE.match(last)),
+        MODULE_KIND: bool(api.MODEL_PARAM_RE.match(last) or _MODULE_NAME.search(last)),
         OPTIMIZER_KIND: bool(api.OPTIMIZER_NAME_RE.search(last)) and not api.SCHEDULER_NAME_RE.search(last),
         SCHEDULER_KIND: bool(api.SCHEDULER_NAME_RE.search(last)),
         LOSS_KIND: bool(_LOSS_NAME.search(last)),

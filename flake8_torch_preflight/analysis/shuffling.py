@@ -49,6 +49,16 @@ ITERABLE_BASES = frozenset({
     "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe",
     "torchdata.datapipes.iter.IterDataPipe", "datasets.IterableDataset",
 })
+# Hugging Face `datasets`: constructors of a map-style `Dataset` / `DatasetDict` (unless
+# `streaming=True`), and the methods that return one with the same order.
+HF_DATASET_SOURCES = frozenset({
+    "datasets.load_dataset", "datasets.load_from_disk", "datasets.Dataset.from_dict",
+    "datasets.Dataset.from_pandas", "datasets.Dataset.from_list", "datasets.Dataset.from_csv",
+    "datasets.Dataset.from_json", "datasets.Dataset.from_parquet", "datasets.Dataset.from_generator"})
+HF_ORDER_KEEPING = frozenset({
+    "map", "filter", "remove_columns", "rename_column", "rename_columns", "select_columns",
+    "with_format", "set_format", "with_transform", "set_transform", "cast", "cast_column",
+    "flatten", "select", "add_column"})
 # An order drawn once (`random_split`, a permuted index list): random, if fixed.
 ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm",
                                "numpy.random.permutation", "numpy.random.shuffle",
@@ -259,15 +269,18 @@ def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
     """A description of a provably map-style dataset that does not reorder itself, else None."""
     if isinstance(expr, ast.Call):
         return _constructed_kind(analysis, facts, expr)
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Call):
-        return None           # `random_split(...)[0]`, `load_dataset(...)["train"]`: not modelled
+    if isinstance(expr, ast.Subscript):
+        split = expr.slice
+        if isinstance(split, ast.Constant) and isinstance(split.value, str) and not \
+                _EVAL_SPLIT.match(split.value) and _hf_dataset(analysis, facts, expr.value, 3):
+            return f"a map-style Hugging Face `Dataset` (split `{split.value}`)"
+        return None           # `random_split(...)[0]` and other indexing: not modelled
     text = dotted(expr)
     if text is None:
         return None
-    producers = _producers(analysis, facts, text)
+    producers = [p for p in _producers(analysis, facts, text) if not is_const(p, None)]
     if producers:
-        kinds = [_dataset_kind(analysis, facts, rhs, depth) if isinstance(rhs, ast.Call) else None
-                 for rhs in producers]
+        kinds = [_dataset_kind(analysis, facts, rhs, depth) for rhs in producers]
         return kinds[0] if kinds and all(k is not None for k in kinds) else None
     if facts.func is not None and text in facts.func.params and depth > 0:
         index = facts.func.params.index(text)
@@ -278,6 +291,38 @@ def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
                          if arg is not None else None)
         return kinds[0] if kinds and all(k is not None for k in kinds) else None
     return None
+
+
+def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
+    """`expr` is a Hugging Face `Dataset`/`DatasetDict` in its stored order: built by
+    `load_dataset(...)` (not streaming) or `Dataset.from_*`, through order-keeping methods
+    (`.map`, `.filter`, `.rename_column`, …); `.shuffle()` and `.to_iterable_dataset()` are
+    not (a one-time order, an iterable)."""
+    if depth < 0:
+        return False
+    if isinstance(expr, ast.Call):
+        qual = analysis.imports.qualname(expr.func)
+        if qual in HF_DATASET_SOURCES:
+            return not is_const(keyword(expr, "streaming"), True) and keyword(expr, "streaming") is None
+        func = expr.func
+        if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_ORDER_KEEPING:
+            return _hf_dataset(analysis, facts, func.value, depth)
+        return False
+    if isinstance(expr, ast.Subscript):
+        return _hf_dataset(analysis, facts, expr.value, depth)
+    text = dotted(expr)
+    producers = [p for p in _producers(analysis, facts, text) if not is_const(p, None)] if text else []
+    # `ds = ds.rename_column(...)` keeps whatever `ds` was: judged by the other producers
+    others = [p for p in producers if _order_kept_from(p) != text]
+    return bool(others) and all(_hf_dataset(analysis, facts, p, depth - 1) for p in others)
+
+
+def _order_kept_from(expr: ast.expr) -> Optional[str]:
+    """`ds` for `ds.map(...).rename_column(...)`: the dataset an order-keeping chain starts from."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in HF_ORDER_KEEPING:
+        expr = expr.func.value
+    return dotted(expr)
 
 
 def _producers(analysis, facts, text: str) -> List[ast.expr]:

@@ -140,7 +140,7 @@ class AmpScalerProtocol(Rule):
         by_loop = {(id(s.facts), id(s.loop)): s for s in scaled_loops(analysis)}
         for window in windows(analysis):
             scaled = by_loop.get((id(window.facts), id(window.loop)))
-            if window.owner is not None or scaled is None:
+            if window.gated_by is not None or scaled is None:
                 continue
             for unscale in scaled.of(UNSCALE):
                 if unscale.helper is not None or not every_micro_step(analysis, window,

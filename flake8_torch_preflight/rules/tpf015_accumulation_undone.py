@@ -69,7 +69,7 @@ class AccumulationUndone(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for window in windows(analysis):
-            if window.owner is not None:
+            if window.gated_by is not None:
                 continue
             for reset in every_step_resets(analysis, window):
                 yield self._report(window, reset)

@@ -4,10 +4,12 @@
 Reports expression statements that name an action without performing it:
 
 - `model.eval`, `model.train`, `optimizer.zero_grad`, `model.zero_grad`, `optimizer.step`,
-  `scheduler.step`, `loss.backward` with no call: the receiver must be, for the analysis, a
-  module, an optimizer, an LR scheduler or a value that carries a graph (a loss); a
-  receiver the analysis knows nothing about counts when its name says what it is (`model`,
-  `net`, `optimizer`, `opt_g`, `lr_scheduler`, `loss`);
+  `scheduler.step`, `loss.backward` with no call (and `optimizer.train` / `optimizer.eval` of
+  schedule-free optimizers): the receiver must be, for the analysis, a module (a loss module,
+  `self` in a class with a `forward`), an optimizer, an LR scheduler or a value that carries a
+  graph (a loss); a receiver the analysis knows nothing about counts when its name says what
+  it is (`model`, `text_encoder`, `netG`, `model_engine`, `optimizer`, `opt_g`,
+  `lr_scheduler`, `loss`);
 - `torch.no_grad()`, `torch.inference_mode()`, `torch.enable_grad()` and `torch.autocast(...)`
   (also `torch.cuda.amp.autocast`, `torch.amp.autocast`) as statements, outside a `with`.
 
@@ -52,8 +54,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.bare_statements import (LOSS_KIND, MODULE_KIND, OPTIMIZER_KIND, SCHEDULER_KIND,
-                                        BareStatement, bare_statements)
+from ..analysis.bare_statements import (LOSS_KIND, MODULE_KIND, OPTIMIZER_KIND, OWN_METHOD_KIND,
+                                        SCHEDULER_KIND, BareStatement, bare_statements)
 from ..analysis.events import Site
 from ..findings import ERROR, Finding
 from .base import Rule
@@ -64,6 +66,10 @@ _EFFECTS = {
                            "batch-norm keeps updating its statistics)",
     ("train", MODULE_KIND): "the model is not put back into training mode (dropout stays off, "
                             "batch-norm statistics stay frozen)",
+    ("eval", OPTIMIZER_KIND): "the optimizer is not switched to evaluation (a schedule-free "
+                              "optimizer keeps its training weights in the model)",
+    ("train", OPTIMIZER_KIND): "the optimizer is not switched back to training (a schedule-free "
+                               "optimizer keeps its averaged weights in the model)",
     ("zero_grad", OPTIMIZER_KIND): "gradients are never reset and pile up across steps",
     ("zero_grad", MODULE_KIND): "gradients are never reset and pile up across steps",
     ("step", OPTIMIZER_KIND): "the weights are never updated",
@@ -93,6 +99,12 @@ class CallWithoutParentheses(Rule):
 
     def _method(self, site: Site, item: BareStatement) -> Finding:
         written = f"{item.receiver_text}.{item.name}"
+        if item.receiver_kind == OWN_METHOD_KIND:
+            return self.finding(
+                site, f"`{written}` without parentheses does nothing: the class's own "
+                f"`{item.name}()` is never run",
+                f"the statement at line {site.line} reads the method and throws it away; the "
+                f"class of `self` defines `{item.name}()`", f"call it: `{written}()`")
         kind = _KIND_WORDS[item.receiver_kind]
         what_it_is = (f"is, by its name, {kind} (the analysis knows nothing else about it)"
                       if item.by_name else f"holds {kind}")

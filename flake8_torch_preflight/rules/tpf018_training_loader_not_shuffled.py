@@ -7,8 +7,10 @@ LightningDataModule's `train_dataloader()` returns under a single-device `Traine
 
 - it has no `shuffle=True`, no `sampler=` / `batch_sampler=` and no `**kwargs`;
 - its dataset is provably map-style: `TensorDataset`, `Subset`, `ConcatDataset`, a
-  `torchvision.datasets` class (not `train=False` / a test split), or a dataset class of the
-  project that defines `__getitem__` and no `__iter__`;
+  `torchvision.datasets` class (not `train=False` / a test split), a Hugging Face dataset
+  split (`load_dataset(...)` without `streaming=True`, through `.map`, `.filter`,
+  `.rename_column`, … but not `.shuffle`), or a dataset class of the project that defines
+  `__getitem__` and no `__iter__`;
 - nothing shuffles by other means: no random draws in the dataset class, no
   `shuffle` / `permutation` / `set_epoch` call in the training loop or the loops around it,
   no order drawn once (`random_split`, `randperm` indices);
@@ -56,9 +58,11 @@ Lightning 2.x and in its 1.x `replace_sampler_ddp` docs), so a `train_dataloader
 reported only when every `Trainer(...)` of the file is provably one process (`devices=1`,
 `accelerator="cpu"`, or `use_distributed_sampler=False`); a Trainer in another file is not
 seen. Accelerate's `prepare` keeps the loader's own order and does not silence the rule. A
-DDP file's unsharded loader is left to TPF008. Iterable datasets, datasets of unknown kind
-(from a factory, another package, `load_dataset(...)["train"]`), loaders iterated through
-`iter()`/`next()`, and shuffling done by a project helper called elsewhere are not judged.
+DDP file's unsharded loader is left to TPF008. A loader handed to a call that rebinds it (`model, opt, loader =
+privacy_engine.make_private(..., data_loader=loader)`) may be replaced and is not judged.
+Iterable datasets, datasets of unknown kind (from a factory or another package), graph
+loaders (PyG, DGL), loaders iterated through `iter()`/`next()` or by a training loop in
+another file, and shuffling done by a project helper called elsewhere are not judged.
 """
 from __future__ import annotations
 
