@@ -411,6 +411,8 @@ def _backward_owner(analysis, facts: FunctionFacts, backward: Backward) -> Optio
     from .optimizers import call_at
     call = call_at(analysis, facts, backward.site.node)
     receiver = call.receiver if call is not None else None
+    if receiver is not None and not receiver.has(V.ACCELERATOR) and _named_fabric(call.node):
+        return None      # Lightning Fabric's backward runs the precision plugin, divides nothing
     if receiver is None or not receiver.has(V.ACCELERATOR):
         return "an object whose `backward(loss)` the analysis cannot read"
     node = receiver.node
@@ -466,6 +468,13 @@ def _optimizer_construction(analysis, facts: FunctionFacts, site: Site) -> bool:
     call = call_at(analysis, facts, site.node)
     return call is not None and call.qualname is not None and bool(
         api.OPTIMIZER_RE.match(call.qualname) or api.OPTIMIZER_FACTORY_RE.match(call.qualname))
+
+
+def _named_fabric(node: ast.Call) -> bool:
+    """`fabric.backward(loss)` / `self.fabric.backward(loss)` on an object the analysis did not
+    see built (a `fabric` parameter): Lightning's naming convention for its `Fabric`."""
+    text = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    return bool(text) and text.rsplit(".", 1)[-1] == "fabric"
 
 
 def helper_backwards(analysis, call: LocalCall) -> List[Backward]:

@@ -111,7 +111,8 @@ def _kind_of(analysis, value: V.Value) -> OptimizerKind:
 CLIP_FUNCTIONS = frozenset(
     f"torch.nn.utils{mod}.{name}" for mod in ("", ".clip_grad")
     for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grads_with_norm_"))
-CLIP_METHODS = frozenset({"clip_grad_norm_", "clip_grad_value_"})   # FSDP, Accelerator, Fabric
+# FSDP's and Accelerate's `clip_grad_norm_`, Fabric's / Lightning's `clip_gradients`.
+CLIP_METHODS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_gradients"})
 
 
 def clip_calls(analysis, facts: FunctionFacts, loop: ast.AST) -> list:

@@ -61,7 +61,9 @@ Accelerate's `accumulate()` and an `Accelerator(gradient_accumulation_steps=…)
 `backward` divides by that count; Accelerate's gradient-accumulation guide), Lightning and HF
 `Trainer` code. An `Accelerator()` built without a count divides by 1, so a hand-written gate
 there is reported (an accumulation count given only on the `accelerate launch` command line
-is not seen). Quiet when the loss is divided by any expression (`loss / accum`,
+is not seen); so is Lightning Fabric's `fabric.backward(loss)` (it divides nothing; an
+unseen `fabric` parameter is taken to be one). Any other object's `backward(loss)` (a
+ColossalAI or apex optimizer, a booster) is code the analysis cannot read and keeps it quiet. Quiet when the loss is divided by any expression (`loss / accum`,
 `loss * (1 / k)`, `loss /= n`, in a helper too), even by the wrong number, and when the
 analysis cannot see where the loss came from; also when the window resets gradients on every
 micro-step (TPF015 reports that: there is no accumulation left to scale), and for a traced
