@@ -95,9 +95,45 @@ def all_calls(analysis) -> List[Tuple[FunctionFacts, CallSite]]:
     return out
 
 
-def ddp_wraps(analysis) -> List[CallSite]:
-    """`DistributedDataParallel(...)` / `FSDP(...)` / `fully_shard(...)` calls in the file."""
-    return [c for _, c in all_calls(analysis) if c.qualname in api.DDP_WRAPPERS]
+@dataclass(frozen=True)
+class Wrap:
+    """Where the file makes its model data-parallel, and with what."""
+
+    site: object          # the Site of the call in this file
+    name: str             # `DistributedDataParallel(...)`, `setup_ddp()` (which calls `DDP(...)`)
+
+
+def ddp_wraps(analysis) -> List[Wrap]:
+    """Where the file wraps a model in DDP/FSDP/`fully_shard`, apex DDP or a DeepSpeed engine:
+    directly, or through a helper (of this file or another project file) that does."""
+    out = [Wrap(c.site, _wrapper_text(c.qualname)) for _, c in all_calls(analysis)
+           if c.qualname in api.DDP_WRAPPERS or c.qualname in api.DATA_PARALLEL_ENGINES]
+    for facts in analysis.all_facts():
+        for local in facts.local_calls:
+            inner = _helper_wrapper(analysis, local.callee)
+            if inner is not None:
+                out.append(Wrap(local.site, f"`{local.callee.name}()` (which calls {inner})"))
+    return out
+
+
+def _wrapper_text(qualname: str) -> str:
+    parts = qualname.split(".")
+    shown = parts[-1] if parts[-1][:1].isupper() else ".".join(parts[-2:])
+    return f"`{shown}(...)`"
+
+
+@per_file("ddp_wrapping_helpers")
+def _helper_wrapper(analysis, func) -> Optional[str]:
+    """How `func`, or a helper it calls, wraps a model data-parallel; None if it does not."""
+    facts = analysis.facts_for(func)
+    for call in facts.calls:
+        if call.qualname in api.DDP_WRAPPERS or call.qualname in api.DATA_PARALLEL_ENGINES:
+            return _wrapper_text(call.qualname)
+    for local in facts.local_calls:
+        inner = _helper_wrapper(analysis, local.callee)
+        if inner is not None:
+            return inner
+    return None
 
 
 def loader_constructions(analysis) -> List[Tuple[FunctionFacts, CallSite]]:

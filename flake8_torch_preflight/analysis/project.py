@@ -51,7 +51,8 @@ LIBRARY_PACKAGES = frozenset(
     pytorch_lightning lightning_fabric deepspeed wandb tensorboard tensorboardX datasets timm
     sklearn scipy matplotlib PIL pandas torchmetrics einops peft diffusers apex mlflow
     comet_ml neptune evaluate yaml omegaconf hydra rich loguru cv2 albumentations trl
-    bitsandbytes bnb safetensors huggingface_hub tokenizers sentencepiece""".split()
+    bitsandbytes bnb safetensors huggingface_hub tokenizers sentencepiece torchdata
+    torch_geometric dgl ogb""".split()
 ) | _stdlib_module_names()
 
 

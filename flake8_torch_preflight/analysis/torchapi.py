@@ -110,9 +110,15 @@ SCALER_NAMES = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler",
      "torch.GradScaler"}
 )
-DATALOADER_NAMES = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DATALOADER_NAMES = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader",
+                              # torchdata's checkpointable loader (a DataLoader subclass)
+                              "torchdata.stateful_dataloader.StatefulDataLoader",
+                              "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"})
 DISTRIBUTED_SAMPLERS = frozenset(
-    {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+    {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler",
+     # a DistributedSampler subclass that also checkpoints its position: shuffles by epoch
+     "torchdata.stateful_dataloader.sampler.StatefulDistributedSampler",
+     "torchdata.stateful_dataloader.StatefulDistributedSampler"}
 )
 DDP_WRAPPERS = frozenset(
     {
@@ -123,8 +129,12 @@ DDP_WRAPPERS = frozenset(
         "torch.distributed.fsdp.FSDP",
         "torch.distributed.fsdp.fully_shard",
         "torch.distributed._composable.fsdp.fully_shard",
+        "apex.parallel.DistributedDataParallel",
+        "apex.parallel.distributed.DistributedDataParallel",
     }
 )
+# Data-parallel engines that wrap the model like DDP: each rank trains on what it is given.
+DATA_PARALLEL_ENGINES = frozenset({"deepspeed.initialize"})
 
 ACCELERATOR_NAMES = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 FABRIC_NAMES = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"})

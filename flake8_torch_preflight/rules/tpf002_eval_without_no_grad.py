@@ -51,7 +51,9 @@ hooks (Lightning disables grad), in HF `Trainer` subclasses (but an `evaluate`,
 judged like any evaluation function: the Trainer's `no_grad` lived in what it replaced), when any
 caller in the same file wraps the call in `no_grad` (one level up), when the scope runs a
 backward or differentiates with `torch.autograd.grad`, for `test_*` functions with no loop
-(model-file smoke tests), and for calls of a parameter-free module of this file (a metric written as an `nn.Module`) on graph-free inputs.
+(model-file smoke tests), and for calls of a parameter-free module of this file (a metric
+written as an `nn.Module`; one whose `__init__` stores what an unmodelled library call returns,
+such as a `GCNConv`, is not proven parameter-free) on graph-free inputs.
 Quiet as well when the forward's output reaches a backward somewhere in the file, or the
 function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
 Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one
@@ -175,7 +177,15 @@ def _parameter_free(analysis: FileAnalysis, cls, depth: int = 0) -> bool:
     for name, value in facts.env.items():
         if name.startswith("self.") and (value.has(V.MODULE) or value.grad or value.leaf):
             return False
-    return True
+    # `self.conv = GCNConv(...)`: a class of a library we do not model may well hold
+    # parameters; not proven parameter-free
+    return not any(call.unseen and _assigns_self_attribute(call.site.stmt) for call in facts.calls)
+
+
+def _assigns_self_attribute(stmt) -> bool:
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+               for t in targets if t is not None)
 
 
 def _pytest_test(func) -> bool:

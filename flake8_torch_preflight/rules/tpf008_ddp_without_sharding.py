@@ -69,8 +69,7 @@ class DdpWithoutSharding(Rule):
         wraps = ddp_wraps(analysis)
         if not wraps:
             return
-        wrap = min(wraps, key=lambda c: c.site.line)
-        wrapper = wrap.qualname.rsplit(".", 1)[-1]
+        wrap = min(wraps, key=lambda w: w.site.line)
         for loader in training_loaders(analysis):
             if sharding_reason(analysis, loader.facts, loader.call) is not None:
                 continue
@@ -80,7 +79,7 @@ class DdpWithoutSharding(Rule):
             yield self.finding(
                 loader.call.site,
                 f"training loader `{name}` is not sharded across ranks",
-                f"the model is wrapped by `{wrapper}(...)` at line {wrap.site.line}; this "
+                f"the model is made data-parallel by {wrap.name} at line {wrap.site.line}; this "
                 f"loader is {how}; it has no DistributedSampler or rank-aware sampler, its "
                 f"dataset is not split by rank and it is not passed to "
                 f"`accelerator.prepare`/`fabric.setup_dataloaders`, so every rank trains on "

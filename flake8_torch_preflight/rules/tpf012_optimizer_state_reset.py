@@ -59,6 +59,7 @@ from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.astutil import dotted, keyword, short
 from ..analysis.events import CallSite, FunctionFacts
+from ..analysis.semantics.nn_module import RETURNS_SELF
 from ..findings import ERROR, Finding
 from .base import Rule
 
@@ -207,9 +208,11 @@ def _model_rebuilt(analysis, facts: FunctionFacts, loop, call: CallSite, kind: s
         elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
         rebinds.update(t for t in (dotted(e) for e in elts) if t)
     model = _model_text(call, kind)
-    if model and (model in rebinds or model.split(".")[0] in rebinds - {"self"}):
+    if model and (model in rebinds or model.split(".")[0] in rebinds - {"self"}) \
+            and not _only_moved(analysis, facts, loop, model):
         return True
-    if any(api.MODEL_PARAM_RE.match(name.rsplit(".", 1)[-1]) for name in rebinds):
+    if any(api.MODEL_PARAM_RE.match(name.rsplit(".", 1)[-1]) and _rebound_opaquely(
+            analysis, facts, loop, name) for name in rebinds):
         return True
     if kind == "optimizer" and not model:
         # `Adam([delta])` / `SGD(params)`: what it optimises is bound in the loop (a fresh
@@ -235,6 +238,38 @@ def _model_rebuilt(analysis, facts: FunctionFacts, loop, call: CallSite, kind: s
         if callee is not None and _function_builds_module(analysis, callee, 0):
             return True
     return False
+
+
+def _rebindings(analysis, facts: FunctionFacts, loop, name: str):
+    """The assignments `name = <expr>` in `loop` that contain a call, or None when `name` is
+    also bound some other way there (`model = other`, `for model in ...`)."""
+    stmts = {}
+    for call in analysis.in_loop(facts, "calls", loop):
+        stmt = call.site.stmt
+        if isinstance(stmt, ast.Assign) and any(dotted(t) == name for t in stmt.targets):
+            stmts.setdefault(id(stmt), stmt)
+    return list(stmts.values()) or None
+
+
+def _only_moved(analysis, facts: FunctionFacts, loop, model: str) -> bool:
+    """Every rebinding of `model` in the loop is `model = model.to(...)` (or `.cuda()`,
+    `.train()`…): the same module, moved, not a new one."""
+    stmts = _rebindings(analysis, facts, loop, model)
+    return stmts is not None and all(
+        isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
+        and s.value.func.attr in RETURNS_SELF and dotted(s.value.func.value) == model
+        for s in stmts)
+
+
+def _rebound_opaquely(analysis, facts: FunctionFacts, loop, name: str) -> bool:
+    """A model-named variable the loop rebinds to something that is not a tensor
+    (`student = copy.deepcopy(teacher)`, a library's loader): it may be a new model. Not a
+    forward's output (`model_pred = unet(...).sample`) nor the same module moved."""
+    stmts = _rebindings(analysis, facts, loop, name)
+    if stmts is None:
+        return True
+    return any(not facts.value(s.value).is_tensor_like for s in stmts) \
+        and not _only_moved(analysis, facts, loop, name)
 
 
 def _builds_module(call: CallSite) -> bool:

@@ -107,7 +107,8 @@ def _forward(call: Call) -> Value:
 
 @method("parameters", "named_parameters", on=(V.MODULE,))
 def _parameters(call: Call) -> Value:
-    return Value.of(V.PARAMS, V.CONTAINER)
+    """The module's parameters (the call is kept: whose parameters an optimizer holds)."""
+    return Value.of(V.PARAMS, V.CONTAINER, node=call.node)
 
 
 @method("modules", "children", on=(V.MODULE,))

@@ -23,9 +23,11 @@ def _scheduler(call: Call) -> Value:
 @qualified_matching(lambda qual: bool(api.OPTIMIZER_RE.match(qual)
                                       or api.OPTIMIZER_FACTORY_RE.match(qual)), order=30)
 def _optimizer(call: Call) -> Value:
+    """An optimizer, remembering what it was given to update (`Adam(netG.parameters())`)."""
     if call.flow.in_loop:
         call.flow.record_reset(call.node)   # a fresh optimizer per iteration: clean gradients
-    return Value.of(V.OPTIMIZER, node=call.node)
+    params = call.kwargs.get("params") or call.first
+    return Value(tags=frozenset({V.OPTIMIZER}), node=call.node, fields=(("params", params),))
 
 
 def step_kind(receiver: Value, text: str, has_args: bool) -> Optional[str]:

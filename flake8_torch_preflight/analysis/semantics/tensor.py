@@ -8,7 +8,7 @@ from typing import Optional
 from .. import torchapi as api
 from .. import values as V
 from ..values import UNKNOWN, Value, derived
-from .registry import (GRAD, Access, Call, assigned_attribute, attribute, method,
+from .registry import (GRAD, OPAQUE, Access, Call, assigned_attribute, attribute, method,
                        other_attributes, other_methods)
 
 # Graph-breaking methods whose result lives on the host (a number, a size, a list/array).
@@ -71,17 +71,20 @@ def _breaks_graph(call: Call) -> Value:
     return call.receiver.no_graph(V.TENSOR)
 
 
-@method("softmax", on=(V.TENSOR,))
+# `.softmax()`, `.log_softmax()` and `.sigmoid()` are tensor methods (no other object in the
+# libraries we know has them), so a receiver of unknown kind (a parameter, a closure variable,
+# a factory's output) that has one is a tensor.
+@method("softmax", on=(V.TENSOR, OPAQUE))
 def _softmax(call: Call) -> Value:
     return call.receiver.activated(V.SOFTMAX)
 
 
-@method("log_softmax", on=(V.TENSOR,))
+@method("log_softmax", on=(V.TENSOR, OPAQUE))
 def _log_softmax(call: Call) -> Value:
     return call.receiver.activated(V.LOG_SOFTMAX)
 
 
-@method("sigmoid", on=(V.TENSOR,))
+@method("sigmoid", on=(V.TENSOR, OPAQUE))
 def _sigmoid(call: Call) -> Value:
     return call.receiver.activated(V.SIGMOID)
 
