@@ -95,6 +95,7 @@ def _candidate_statements(body) -> List[ast.Expr]:
     stack = [body]
     push, pop = stack.append, stack.pop
     expr_kind, call_kind, attr_kind, name_kind = ast.Expr, ast.Call, ast.Attribute, ast.Name
+    if_kind, for_kind, with_kind = ast.If, ast.For, ast.With
     while stack:
         for stmt in pop():
             kind = type(stmt)
@@ -107,17 +108,23 @@ def _candidate_statements(body) -> List[ast.Expr]:
                 if (value_kind is attr_kind and value.attr in names) or (
                         value_kind is name_kind and value.id in _CONTEXT_LAST_NAMES):
                     found.append(stmt)
-                continue
-            fields = _BODIES.get(kind)
-            if fields is not None:
-                for field in fields:
-                    push(getattr(stmt, field))
-                if kind in _TRIES:
-                    for handler in stmt.handlers:
-                        push(handler.body)
-            elif kind is _MATCH:
-                for case in stmt.cases:
-                    push(case.body)
+            elif kind is if_kind or kind is for_kind:
+                push(stmt.body)
+                if stmt.orelse:
+                    push(stmt.orelse)
+            elif kind is with_kind:
+                push(stmt.body)
+            else:
+                fields = _BODIES.get(kind)
+                if fields is not None:
+                    for field in fields:
+                        push(getattr(stmt, field))
+                    if kind in _TRIES:
+                        for handler in stmt.handlers:
+                            push(handler.body)
+                elif kind is _MATCH:
+                    for case in stmt.cases:
+                        push(case.body)
     return found
 
 
