@@ -27,9 +27,17 @@ def scan_bindings(body: List[ast.stmt]):
     return scan.names, scan.rebinds, scan.writes
 
 
+def bound_attributes(body: List[ast.stmt]) -> Set[str]:
+    """`self.loader`, `self.model.head`: the attribute chains `body` assigns."""
+    scan = _BindingScan()
+    scan.visit(body)
+    return scan.attributes
+
+
 class _BindingScan:
     def __init__(self) -> None:
         self.names: Set[str] = set()
+        self.attributes: Set[str] = set()
         self.rebinds: Dict[ast.AST, Set[str]] = {}
         self.writes: Dict[ast.AST, Set[str]] = {}
         self.loops: List[ast.AST] = []   # the loops being visited, outermost first
@@ -99,6 +107,8 @@ class _BindingScan:
     def bound(self, text: str, accumulation: bool = False) -> None:
         if "." not in text:
             self.names.add(text)
+        else:
+            self.attributes.add(text)
         if not accumulation:
             for loop in self.loops:
                 self.rebinds[loop].add(text)

@@ -14,13 +14,13 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import semantics, workspace
 from .astutil import dotted, iterated_expr
-from .bindings import scan_bindings
+from .bindings import bound_attributes, scan_bindings
 from .events import FunctionFacts, LocalCall, Site
 from .flow import FlowAnalyzer
 from .imports import ImportTable
 from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
 from .questions import Does
-from .values import Value
+from .values import Value, join
 
 FRAMEWORK_IMPORTS = {
     "lightning": ("lightning", "pytorch_lightning", "lightning.pytorch"),
@@ -161,14 +161,34 @@ class FileAnalysis:
             yield self.facts_for(func)
 
     def class_attr(self, cls: ClassInfo, text: str) -> Optional[Value]:
-        """What `self.x` holds, as the class's `__init__` (or a base's) leaves it."""
+        """What `self.x` holds, as the class's `__init__` (or a base's) leaves it; for an
+        attribute `__init__` does not set, as the methods that set it leave it (a recipe's
+        `setup()` building `self._dataloader`)."""
         if cls.home is not self and cls.home is not None:
             return cls.home.class_attr(cls, text)
         init = cls.method("__init__")
-        if init is None or init in self._in_progress:
-            return None
-        value = self.facts_for(init).env.get(text)
+        value = None
+        if init is not None and init not in self._in_progress:
+            value = self.facts_for(init).env.get(text)
+        if value is None:
+            for method in self._attribute_setters(cls, text):
+                if method is not init and method not in self._in_progress:
+                    found = self.facts_for(method).env.get(text)
+                    if found is not None:
+                        value = found if value is None else join(value, found)
         return value.as_attribute() if value is not None else None
+
+    def _attribute_setters(self, cls: ClassInfo, text: str) -> List[FunctionInfo]:
+        """Methods of `cls` (and of its bases in this file) that assign `text`."""
+        table = self.memo("attribute_setters").get(cls)
+        if table is None:
+            table = {}
+            for owner in [cls] + list(cls.local_bases):
+                for method in owner.methods.values():
+                    for attribute in bound_attributes(method.node.body):
+                        table.setdefault(attribute, []).append(method)
+            self.memo("attribute_setters")[cls] = table
+        return table.get(text, [])
 
     # ------------------------------------------------------------------ interprocedural
     def callers(self, func: FunctionInfo) -> List[Tuple[FunctionFacts, LocalCall]]:

@@ -55,7 +55,10 @@ backward or differentiates with `torch.autograd.grad`, for `test_*` functions wi
 written as an `nn.Module`; one whose `__init__` stores what an unmodelled library call returns,
 such as a `GCNConv`, is not proven parameter-free) on graph-free inputs.
 Quiet as well when the forward's output reaches a backward somewhere in the file, or the
-function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
+function is called by a module's `forward` (`predict_noise()` inside a diffusion model). A
+method of an `nn.Module` class is not evaluation code by its name alone (`inference()`,
+`predict_values()`, `evaluate_actions()` are a model's interface: PPO trains through
+`evaluate_actions`, and evaluation scripts call `inference()` under their own `no_grad`).
 Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one
 finding per evaluation scope.
 """
@@ -67,6 +70,7 @@ from typing import Iterator
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..analysis.astutil import short
+from ..analysis.classes import module_like
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -106,6 +110,8 @@ class EvalWithoutNoGrad(Rule):
                 reason = analysis.evaluation_reason(facts, site)
                 if reason is None or analysis.scope_does(facts, site, Does.DIFFERENTIATE):
                     continue
+                if "by its name" in reason and _model_api(analysis, func):
+                    continue   # `Policy.evaluate_actions()`: its callers decide the grad mode
                 if V.graphs_overlap(forward.result.graphs, trained) \
                         or _called_by_forward(analysis, func):
                     continue   # `predict_noise()` / `infer_logits()` feed a training loss
@@ -186,6 +192,13 @@ def _assigns_self_attribute(stmt) -> bool:
     targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
     return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
                for t in targets if t is not None)
+
+
+def _model_api(analysis: FileAnalysis, func) -> bool:
+    """A method of an `nn.Module` class: part of a model's interface (`inference()`,
+    `predict_values()`, `evaluate_actions()`), which training code may call with autograd on
+    and evaluation code under its own `no_grad`, often from another file."""
+    return func is not None and func.cls is not None and module_like(analysis, func.cls)
 
 
 def _pytest_test(func) -> bool:
