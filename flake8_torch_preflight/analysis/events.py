@@ -106,6 +106,15 @@ class Store:
 
 
 @dataclass(frozen=True)
+class Freeze:
+    """A module's parameters switched off: `for p in model.backbone.parameters():
+    p.requires_grad = False`, `model.requires_grad_(False)`."""
+
+    site: Site
+    module: str        # the module as written (`model.backbone`)
+
+
+@dataclass(frozen=True)
 class Forward:
     site: Site
     module: Value
@@ -139,6 +148,7 @@ class FunctionFacts:
     stores: List[Store] = field(default_factory=list)
     forwards: List[Forward] = field(default_factory=list)
     local_calls: List[LocalCall] = field(default_factory=list)
+    freezes: List[Freeze] = field(default_factory=list)
     loops: List[ast.AST] = field(default_factory=list)
     loop_parents: Dict[ast.AST, Optional[ast.AST]] = field(default_factory=dict)
     loop_rebinds: Dict[ast.AST, frozenset] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from .bindings import scan_bindings
 from .context import FileContext
 from .env import Env, carried_values_changed, merge_envs
 from .index import FunctionInfo
-from .events import (Backward, CallSite, Cond, Forward, FunctionFacts, LocalCall, ModeCall,
+from .events import (Backward, CallSite, Cond, Forward, Freeze, FunctionFacts, LocalCall, ModeCall,
                      Site, Step, Store)
 from .semantics import Access, Call
 from .values import UNKNOWN, Value, derived, join, join_all
@@ -637,6 +637,19 @@ class FlowAnalyzer:
     def record_step(self, node, via: str) -> None:
         if self.recording:
             self.facts.steps.append(Step(self.site(node), via))
+
+    def record_freeze(self, node, module: str) -> None:
+        if self.recording:
+            self.facts.freezes.append(Freeze(self.site(node), module))
+
+    def innermost_loop_binding(self, name: str):
+        """The innermost enclosing `for` loop whose target binds `name`, or None."""
+        for loop in reversed(self.loops):
+            target = getattr(loop, "target", None)
+            if target is not None and any(isinstance(n, ast.Name) and n.id == name
+                                          for n in ast.walk(target)):
+                return loop
+        return None
 
     def record_mode(self, node, mode: str, receiver: str) -> None:
         self.eval_mode = mode == "eval"

@@ -248,13 +248,20 @@ def last_iteration_only(site: Site, loop: ast.AST) -> bool:
     return False
 
 
-def frozen_receivers(facts: FunctionFacts) -> FrozenSet[str]:
-    """Receivers of `x.requires_grad_(False)` in the function (frozen teachers, EMA, VAE)."""
+@per_file("frozen_modules")
+def frozen_modules(analysis) -> FrozenSet[str]:
+    """Modules the file freezes anywhere (`x.requires_grad_(False)`, a loop setting
+    `requires_grad = False` over `x.parameters()`): frozen teachers, EMA copies, VAEs, and the
+    backbone of a linear probe, which is kept in `eval()` on purpose. As written (`model`,
+    `model.encoder`): a helper freezing its parameter `model` and the training function's
+    `model` are taken to be the same object, which can only make the rule quieter."""
     out = set()
-    for call in facts.calls:
-        if call.method == "requires_grad_" and call.node.args and \
-                is_const(call.node.args[0], False) and isinstance(call.node.func, ast.Attribute):
-            text = dotted(call.node.func.value)
-            if text:
-                out.add(text)
+    for facts in analysis.all_facts():
+        out.update(freeze.module for freeze in facts.freezes)
+        for call in facts.calls:   # on receivers of unknown kind too
+            if call.method == "requires_grad_" and call.node.args and \
+                    is_const(call.node.args[0], False) and isinstance(call.node.func, ast.Attribute):
+                text = dotted(call.node.func.value)
+                if text:
+                    out.add(text)
     return frozenset(out)

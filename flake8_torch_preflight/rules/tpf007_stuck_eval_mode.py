@@ -46,7 +46,9 @@ Quiet in Lightning modules and HF `Trainer` subclasses (the framework toggles mo
 the `eval()` and a `train()` are chosen by the same condition (`if phase == "train": ...
 else: ...`), when the `eval()` only runs on the last iteration (`if epoch == epochs - 1:`, or
 followed by `break`/`return`), for models that are never trained in the loop (a frozen
-teacher, an EMA copy or a VAE called under `no_grad` or frozen with `requires_grad_(False)`),
+teacher, an EMA copy or a VAE called under `no_grad` or frozen with `requires_grad_(False)`,
+and the backbone of a linear probe whose parameters a loop sets `requires_grad = False`,
+kept in `eval()` on purpose so its batch-norm statistics stay fixed),
 and when a function imported from the project (whose body is not visible) is called with the
 model on the way back, since it may call `train()`. Receivers are matched by name and through
 the arguments of file-local helpers; a model reached under two unrelated names (`net =
@@ -60,7 +62,7 @@ from __future__ import annotations
 from typing import Iterator, List
 
 from ..analysis import Does, FileAnalysis
-from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_receivers,
+from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules,
                               last_iteration_only, loop_events, related)
 from ..findings import ERROR, Finding
 from .base import Rule
@@ -80,7 +82,7 @@ class StuckEvalMode(Rule):
             loops = analysis.training_loops(facts)
             if not loops:
                 continue
-            frozen = frozen_receivers(facts)
+            frozen = frozen_modules(analysis)
             for loop in loops:
                 if not analysis.loop_does(facts, loop, Does.STEP):
                     continue   # backward without an update: attacks, saliency maps, probes

@@ -97,6 +97,9 @@ def _mode_switch(call: Call) -> Optional[Value]:
 
 @method(*RETURNS_SELF, on=(V.MODULE,))
 def _returns_self(call: Call) -> Value:
+    if call.method == "requires_grad_" and call.node.args and is_const(call.node.args[0], False) \
+            and call.receiver_text:
+        call.flow.record_freeze(call.node, call.receiver_text)   # a frozen teacher / encoder
     return call.receiver
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 from .. import torchapi as api
 from .. import values as V
+from ..astutil import dotted
 from ..values import UNKNOWN, Value, derived
 from .registry import (GRAD, OPAQUE, Access, Call, assigned_attribute, attribute, method,
                        other_attributes, other_methods)
@@ -56,6 +57,35 @@ def _grad_zero(call: Call) -> Optional[Value]:
 def _grad_assigned(flow, stmt: ast.stmt) -> None:
     """`p.grad = None` over parameters resets gradients."""
     flow.record_reset(stmt)
+
+
+_PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
+
+
+@assigned_attribute("requires_grad")
+def _requires_grad_assigned(flow, stmt: ast.stmt) -> None:
+    """`for p in model.backbone.parameters(): p.requires_grad = False` freezes the module
+    whose parameters the loop walks (a linear probe, a frozen encoder)."""
+    value = getattr(stmt, "value", None)
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    if not (isinstance(value, ast.Constant) and value.value is False):
+        return
+    for target in targets:
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            loop = flow.innermost_loop_binding(target.value.id)
+            module = _parameters_of(getattr(loop, "iter", None)) if loop is not None else None
+            if module:
+                flow.record_freeze(stmt, module)
+
+
+def _parameters_of(expr) -> Optional[str]:
+    """`model.backbone` for `model.backbone.parameters()` (also inside `enumerate(...)`)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.args:
+        expr = expr.args[0]
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _PARAMETER_ITERATORS:
+        return dotted(expr.func.value)
+    return None
 
 
 # ---------------------------------------------------------------------- tensor methods
