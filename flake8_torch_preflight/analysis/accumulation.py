@@ -477,6 +477,104 @@ def _named_fabric(node: ast.Call) -> bool:
     return bool(text) and text.rsplit(".", 1)[-1] == "fabric"
 
 
+# Names that may carry the accumulation count into code the analysis cannot read.
+_CARRIES_COUNT = re.compile(r"accum|grad_acc|micro|^(args|cfg|config|conf|opt|opts|hparams|hp"
+                            r"|train|training|settings|self)$", re.IGNORECASE)
+_KEEPS_SCALE = frozenset({"mean", "sum", "float", "double", "half", "bfloat16", "to", "cuda",
+                          "contiguous", "squeeze", "view", "reshape", "clone"})
+
+
+def backwarded_expr(record: Backward) -> Optional[ast.expr]:
+    """What a backward call backwards, as written: `loss` in `loss.backward()`,
+    `accelerator.backward(loss)`, `scaler.scale(loss).backward()`."""
+    node = record.site.node
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return None
+    expr = node.args[0] if record.via != "tensor" and node.args else node.func.value
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr == "scale" and expr.args:
+        expr = expr.args[0]
+    return expr
+
+
+def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, depth: int = 4) -> bool:
+    """`expr` is a loss computed by code the analysis cannot read (`chunked_cross_entropy(
+    logits, y)` from another file, `self.loss_fn(...)` built from a config) on the model's
+    output, and nothing on its way could have divided it by the accumulation count: no
+    division, and no call that received the count (or an object that may hold it: `args`,
+    `cfg`, `self`). Proven from the function's own assignments; anything else is unknown."""
+    if depth < 0 or expr is None:
+        return False
+    if isinstance(expr, ast.Name):
+        from .distributed import scope_of
+        earlier = [p for p in scope_of(analysis, facts).producers.get(expr.id, [])
+                   if p.lineno < expr.lineno]
+        # the assignment that reaches the use (the last one above it: a later `loss = …` for a
+        # log line, or a branch we cannot order, is not it)
+        if not earlier:
+            return False
+        rhs = max(earlier, key=lambda p: p.lineno)
+        if facts.value(expr).has(V.DIVIDED) and not facts.value(rhs).has(V.DIVIDED):
+            return False      # divided on the way (`loss /= n_accum`)
+        return undivided_from_unread_code(analysis, facts, rhs, depth - 1)
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, (ast.Add, ast.Sub)):
+            parts = [p for p in (expr.left, expr.right) if not isinstance(p, ast.Constant)]
+            return bool(parts) and all(undivided_from_unread_code(analysis, facts, p, depth - 1)
+                                       for p in parts)
+        if isinstance(expr.op, ast.Mult) and isinstance(expr.left, ast.Constant):
+            return undivided_from_unread_code(analysis, facts, expr.right, depth - 1)
+        return False
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    if isinstance(func, ast.Attribute) and func.attr in _KEEPS_SCALE:
+        return undivided_from_unread_code(analysis, facts, func.value, depth - 1)
+    return _unread_loss_call(analysis, facts, expr)
+
+
+def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call) -> bool:
+    func = call.func
+    callee = facts.value(func)
+    if callee.tags or callee.cls is not None:
+        return False                  # a loss or model object flow knows: its value decides
+    qual = analysis.imports.qualname(func)
+    if qual is not None and qual.startswith("torch."):
+        return False                  # torch's own functions are modelled by flow
+    if isinstance(func, ast.Name) and analysis.index.function_named(func.id, facts.func):
+        return False                  # a function of this file: flow's summary decides
+    text = dotted(func) or ""
+    if text.startswith("self.") and facts.func is not None and facts.func.cls is not None \
+            and facts.func.cls.method(text.split(".")[1]) is not None:
+        return False                  # a method may read `self`'s accumulation count
+    arguments = list(call.args) + [kw.value for kw in call.keywords]
+    if any(kw.arg is None for kw in call.keywords):
+        return False
+    for arg in arguments:
+        for node in ast.walk(arg):
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                name = dotted(node)
+                if name and any(_CARRIES_COUNT.search(part) for part in name.split(".")):
+                    return False
+    return any(facts.value(arg).grad or _model_output(analysis, facts, arg) for arg in arguments)
+
+
+def _model_output(analysis, facts: FunctionFacts, expr: ast.expr) -> bool:
+    """`logits` bound by `logits = model(input_ids)` (or `logits[..., :-1, :]` of it) where
+    `model` is something the analysis knows nothing about but whose name says it is a model."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return False
+    from .distributed import scope_of
+    earlier = [p for p in scope_of(analysis, facts).producers.get(expr.id, []) if p.lineno < expr.lineno]
+    if not earlier:
+        return False
+    rhs = max(earlier, key=lambda p: p.lineno)
+    callee = dotted(rhs.func) if isinstance(rhs, ast.Call) else None
+    return bool(callee) and bool(api.MODEL_PARAM_RE.match(callee.rsplit(".", 1)[-1]))
+
+
 def helper_backwards(analysis, call: LocalCall) -> List[Backward]:
     """The backwards a helper called per micro-step runs itself (outside its own loops)."""
     facts = analysis.facts_for(call.callee)
@@ -484,4 +582,4 @@ def helper_backwards(analysis, call: LocalCall) -> List[Backward]:
 
 
 __all__ = ["Gate", "Window", "windows", "every_micro_step", "every_step_resets",
-           "accumulation_loop", "helper_backwards", "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]
+           "accumulation_loop", "helper_backwards", "backwarded_expr", "undivided_from_unread_code", "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]

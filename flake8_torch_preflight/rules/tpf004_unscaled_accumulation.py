@@ -64,8 +64,12 @@ there is reported (an accumulation count given only on the `accelerate launch` c
 is not seen); so is Lightning Fabric's `fabric.backward(loss)` (it divides nothing; an
 unseen `fabric` parameter is taken to be one). Any other object's `backward(loss)` (a
 ColossalAI or apex optimizer, a booster) is code the analysis cannot read and keeps it quiet. Quiet when the loss is divided by any expression (`loss / accum`,
-`loss * (1 / k)`, `loss /= n`, in a helper too), even by the wrong number, and when the
-analysis cannot see where the loss came from; also when the window resets gradients on every
+`loss * (1 / k)`, `loss /= n`, in a helper of this file too), even by the wrong number, and
+when the analysis cannot see where the loss came from. A loss computed on the model's output
+by code it cannot read (a helper in another file, a loss object built from a config) counts
+as undivided when that call was given nothing that may carry the accumulation count (no
+`accum…`/`micro…` name, no `args`, `cfg` or `self`): a division inside it (a mean over tokens)
+is not the accumulation scaling; also when the window resets gradients on every
 micro-step (TPF015 reports that: there is no accumulation left to scale), and for a traced
 Adam-style optimizer with no clip and no coupled L2 decay in the window. A division elsewhere
 (a log line, `step // n`) does not count, and DDP's `no_sync()` does not scale the loss. A
@@ -77,7 +81,8 @@ from typing import Iterator, List, Optional, Tuple
 
 from ..analysis import FileAnalysis
 from ..analysis import values as V
-from ..analysis.accumulation import Window, every_step_resets, helper_backwards, windows
+from ..analysis.accumulation import (Window, backwarded_expr, every_step_resets, helper_backwards,
+                                     undivided_from_unread_code, windows)
 from ..analysis.epochs import argument_for
 from ..analysis.events import Backward, LocalCall
 from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls,
@@ -158,6 +163,11 @@ def _undivided_backwards(analysis, window: Window) -> List[Tuple[object, str]]:
         if isinstance(record, Backward):
             if _undivided(record.value):
                 out.append((record, f"line {record.site.line}"))
+            elif undivided_from_unread_code(analysis, window.facts, backwarded_expr(record)):
+                # also when flow saw a division: one inside a loss helper that was never given
+                # the accumulation count (a mean over tokens) is not the accumulation scaling
+                out.append((record, "code the analysis cannot read, which was not given the "
+                                    "accumulation count"))
         elif isinstance(record, LocalCall):
             for inner in helper_backwards(analysis, record):
                 if _undivided_through(window.facts, record, inner.value):
