@@ -497,7 +497,8 @@ def backwarded_expr(record: Backward) -> Optional[ast.expr]:
     return expr
 
 
-def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, depth: int = 4) -> bool:
+def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, depth: int = 4,
+                               loop: Optional[ast.AST] = None) -> bool:
     """`expr` is a loss computed by code the analysis cannot read (`chunked_cross_entropy(
     logits, y)` from another file, `self.loss_fn(...)` built from a config) on the model's
     output, and nothing on its way could have divided it by the accumulation count: no
@@ -506,8 +507,7 @@ def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, d
     if depth < 0 or expr is None:
         return False
     if isinstance(expr, ast.Name):
-        from .distributed import scope_of
-        earlier = [p for p in scope_of(analysis, facts).producers.get(expr.id, [])
+        earlier = [p for p in _loop_producers(analysis, loop).get(expr.id, [])
                    if p.lineno < expr.lineno]
         # the assignment that reaches the use (the last one above it: a later `loss = …` for a
         # log line, or a branch we cannot order, is not it)
@@ -516,24 +516,26 @@ def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, d
         rhs = max(earlier, key=lambda p: p.lineno)
         if facts.value(expr).has(V.DIVIDED) and not facts.value(rhs).has(V.DIVIDED):
             return False      # divided on the way (`loss /= n_accum`)
-        return undivided_from_unread_code(analysis, facts, rhs, depth - 1)
+        if isinstance(rhs, ast.AugAssign):
+            return False      # `loss /= n`, `loss *= scale`: changed on the way
+        return undivided_from_unread_code(analysis, facts, rhs, depth - 1, loop)
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, (ast.Add, ast.Sub)):
             parts = [p for p in (expr.left, expr.right) if not isinstance(p, ast.Constant)]
-            return bool(parts) and all(undivided_from_unread_code(analysis, facts, p, depth - 1)
-                                       for p in parts)
+            return bool(parts) and all(
+                undivided_from_unread_code(analysis, facts, p, depth - 1, loop) for p in parts)
         if isinstance(expr.op, ast.Mult) and isinstance(expr.left, ast.Constant):
-            return undivided_from_unread_code(analysis, facts, expr.right, depth - 1)
+            return undivided_from_unread_code(analysis, facts, expr.right, depth - 1, loop)
         return False
     if not isinstance(expr, ast.Call):
         return False
     func = expr.func
     if isinstance(func, ast.Attribute) and func.attr in _KEEPS_SCALE:
-        return undivided_from_unread_code(analysis, facts, func.value, depth - 1)
-    return _unread_loss_call(analysis, facts, expr)
+        return undivided_from_unread_code(analysis, facts, func.value, depth - 1, loop)
+    return _unread_loss_call(analysis, facts, expr, loop)
 
 
-def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call) -> bool:
+def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call, loop) -> bool:
     func = call.func
     callee = facts.value(func)
     if callee.tags or callee.cls is not None:
@@ -556,23 +558,55 @@ def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call) -> bool:
                 name = dotted(node)
                 if name and any(_CARRIES_COUNT.search(part) for part in name.split(".")):
                     return False
-    return any(facts.value(arg).grad or _model_output(analysis, facts, arg) for arg in arguments)
+    return any(facts.value(arg).grad or _model_output(analysis, loop, arg) for arg in arguments)
 
 
-def _model_output(analysis, facts: FunctionFacts, expr: ast.expr) -> bool:
+def _model_output(analysis, loop, expr: ast.expr) -> bool:
     """`logits` bound by `logits = model(input_ids)` (or `logits[..., :-1, :]` of it) where
     `model` is something the analysis knows nothing about but whose name says it is a model."""
     while isinstance(expr, ast.Subscript):
         expr = expr.value
     if not isinstance(expr, ast.Name):
         return False
-    from .distributed import scope_of
-    earlier = [p for p in scope_of(analysis, facts).producers.get(expr.id, []) if p.lineno < expr.lineno]
+    earlier = [p for p in _loop_producers(analysis, loop).get(expr.id, []) if p.lineno < expr.lineno]
     if not earlier:
         return False
     rhs = max(earlier, key=lambda p: p.lineno)
     callee = dotted(rhs.func) if isinstance(rhs, ast.Call) else None
     return bool(callee) and bool(api.MODEL_PARAM_RE.match(callee.rsplit(".", 1)[-1]))
+
+
+def _loop_producers(analysis, loop) -> dict:
+    """name -> the right-hand sides (or the `x op= …` statements) that bind it in the body of
+    the window's loop: one pass over that loop's statements, memoised. Flow keeps no
+    assignment facts, and the function-wide scan of `distributed.scope_of` costs far more."""
+    if loop is None:
+        return {}
+    memo = analysis.memo("accumulation_producers")
+    found = memo.get(id(loop))
+    if found is None:
+        found = {}
+        stack = [loop.body]
+        while stack:
+            for stmt in stack.pop():
+                kind = type(stmt)
+                if kind is ast.Assign:
+                    for target in stmt.targets:
+                        for name in _target_names(target):
+                            found.setdefault(name, []).append(stmt.value)
+                elif kind is ast.AugAssign:
+                    text = dotted(stmt.target)
+                    if text:
+                        found.setdefault(text, []).append(stmt)
+                elif kind in (ast.If, ast.For, ast.While, ast.AsyncFor):
+                    stack.extend([stmt.body, stmt.orelse])
+                elif kind in (ast.With, ast.AsyncWith):
+                    stack.append(stmt.body)
+                elif kind is ast.Try:
+                    stack.extend([stmt.body, stmt.orelse, stmt.finalbody]
+                                 + [h.body for h in stmt.handlers])
+        memo[id(loop)] = found
+    return found
 
 
 def helper_backwards(analysis, call: LocalCall) -> List[Backward]:
@@ -582,4 +616,5 @@ def helper_backwards(analysis, call: LocalCall) -> List[Backward]:
 
 
 __all__ = ["Gate", "Window", "windows", "every_micro_step", "every_step_resets",
-           "accumulation_loop", "helper_backwards", "backwarded_expr", "undivided_from_unread_code", "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]
+           "accumulation_loop", "helper_backwards", "backwarded_expr", "undivided_from_unread_code",
+           "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]

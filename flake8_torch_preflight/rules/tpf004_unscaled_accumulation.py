@@ -63,7 +63,8 @@ Accelerate's `accumulate()` and an `Accelerator(gradient_accumulation_steps=…)
 there is reported (an accumulation count given only on the `accelerate launch` command line
 is not seen); so is Lightning Fabric's `fabric.backward(loss)` (it divides nothing; an
 unseen `fabric` parameter is taken to be one). Any other object's `backward(loss)` (a
-ColossalAI or apex optimizer, a booster) is code the analysis cannot read and keeps it quiet. Quiet when the loss is divided by any expression (`loss / accum`,
+ColossalAI or apex optimizer, a booster) is code the analysis cannot read and keeps it quiet.
+Quiet when the loss is divided by any expression (`loss / accum`,
 `loss * (1 / k)`, `loss /= n`, in a helper of this file too), even by the wrong number, and
 when the analysis cannot see where the loss came from. A loss computed on the model's output
 by code it cannot read (a helper in another file, a loss object built from a config) counts
@@ -100,10 +101,17 @@ class UnscaledAccumulation(Rule):
         for window in windows(analysis):
             if window.owner is not None:
                 continue
-            undivided = _undivided_backwards(analysis, window)
+            undivided = _undivided_backwards(analysis, window, deep=False)
+            effect = None
+            if not undivided:
+                # the provenance walk through unread code costs more: only where it matters
+                effect = _effect(analysis, window)
+                if effect is None:
+                    continue
+                undivided = _undivided_backwards(analysis, window, deep=True)
             if not undivided or every_step_resets(analysis, window):
                 continue
-            effect = _effect(analysis, window)
+            effect = effect or _effect(analysis, window)
             if effect is None:
                 continue
             for record, where in undivided:
@@ -155,15 +163,17 @@ def _adaptive(kind: OptimizerKind) -> str:
             f"changes)")
 
 
-def _undivided_backwards(analysis, window: Window) -> List[Tuple[object, str]]:
+def _undivided_backwards(analysis, window: Window, deep: bool) -> List[Tuple[object, str]]:
     """(record, where the backwarded loss comes from) for each backward of the window whose
-    value may carry a loss and was never divided; helpers called per micro-step included."""
+    value may carry a loss and was never divided; helpers called per micro-step included;
+    with `deep`, also losses made by code the analysis cannot read (see the docstring)."""
     out = []
     for record in window.backwards:
         if isinstance(record, Backward):
             if _undivided(record.value):
                 out.append((record, f"line {record.site.line}"))
-            elif undivided_from_unread_code(analysis, window.facts, backwarded_expr(record)):
+            elif deep and undivided_from_unread_code(analysis, window.facts,
+                                                     backwarded_expr(record), loop=window.loop):
                 # also when flow saw a division: one inside a loss helper that was never given
                 # the accumulation count (a mean over tokens) is not the accumulation scaling
                 out.append((record, "code the analysis cannot read, which was not given the "

@@ -58,7 +58,8 @@ Lightning 2.x and in its 1.x `replace_sampler_ddp` docs), so a `train_dataloader
 reported only when every `Trainer(...)` of the file is provably one process (`devices=1`,
 `accelerator="cpu"`, or `use_distributed_sampler=False`); a Trainer in another file is not
 seen. Accelerate's `prepare` keeps the loader's own order and does not silence the rule. A
-DDP file's unsharded loader is left to TPF008. A loader handed to a call that rebinds it (`model, opt, loader =
+DDP file's unsharded loader is left to TPF008. A loader handed to a call that rebinds it
+(`model, opt, loader =
 privacy_engine.make_private(..., data_loader=loader)`) may be replaced and is not judged.
 Iterable datasets, datasets of unknown kind (from a factory or another package), graph
 loaders (PyG, DGL), loaders iterated through `iter()`/`next()` or by a training loop in
