@@ -90,3 +90,68 @@ def test_cache_follows_modification_time(tmp_path):
     os.utime(models, (stat.st_atime, stat.st_mtime + 5))
     assert FileAnalysis(ast.parse(""), str(models)).other_file(str(models)) is not None
     assert len(_lint(tmp_path / "train.py", "from models import Net")) == 1
+
+
+def test_script_in_a_subfolder_imports_from_the_repository_root(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "models.py").write_text(MODEL)
+    (tmp_path / "tools").mkdir()   # not a package: scripts are run from the root
+    assert len(_lint(tmp_path / "tools" / "train.py", "from models import Net")) == 1
+
+
+def test_the_search_stops_at_the_project_root(tmp_path):
+    (tmp_path / "models.py").write_text(MODEL)        # above the project: not ours
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "setup.py").write_text("")
+    assert _lint(project / "scripts" / "train.py", "from models import Net") == []
+
+
+def test_project_folder_named_like_a_library(tmp_path):
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "__init__.py").write_text(MODEL)
+    assert len(_lint(tmp_path / "train.py", "from datasets import Net")) == 1
+
+
+def test_star_import_of_a_project_module(tmp_path):
+    (tmp_path / "models.py").write_text(MODEL)
+    assert len(_lint(tmp_path / "train.py", "from models import *")) == 1
+
+
+def test_last_definition_of_a_name_wins(tmp_path):
+    source = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        from typing import overload
+
+
+        @overload
+        def build(n: int) -> nn.Module: ...
+
+
+        def build(n):
+            return nn.Sequential(nn.Linear(n, n), nn.Softmax(dim=1))
+
+
+        def main(loader):
+            model = build(10)
+            criterion = nn.CrossEntropyLoss()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+        ''')
+    assert [f.code for f in lint_source(source, str(tmp_path / "t.py"))].count("TPF005") == 1
+
+
+def test_two_different_classes_joined_are_no_class():
+    from flake8_torch_preflight.analysis.index import ClassInfo
+    from flake8_torch_preflight.analysis.values import Value, join
+
+    a = ClassInfo(ast.ClassDef(), "A", [])
+    b = ClassInfo(ast.ClassDef(), "B", [])
+    assert join(Value(cls=a), Value(cls=b)).cls is None
+    assert join(Value(cls=a), Value()).cls is a
+    assert join(Value(cls=a), Value(cls=a)).cls is a

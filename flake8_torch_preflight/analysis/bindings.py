@@ -7,7 +7,8 @@ scopes of their own.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Set
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Set
 
 from .astutil import dotted
 
@@ -15,23 +16,26 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def scan_bindings(body: List[ast.stmt]):
-    """(names bound in `body`, loop -> names or `self.x` its body rebinds,
-    loop -> what its body writes into without rebinding: `x[i] = …`, `x.a = …`, `x += …`).
+@dataclass(frozen=True)
+class Bindings:
+    """What a function body binds, found by one walk of its statements."""
+
+    names: FrozenSet[str]                      # plain names bound in the body
+    attributes: FrozenSet[str]                 # `self.loader`, `self.model.head`
+    rebinds: Dict[ast.AST, Set[str]]           # loop -> names or `self.x` its body rebinds
+    writes: Dict[ast.AST, Set[str]]            # loop -> what it writes into without rebinding
+
+
+def scan_bindings(body: List[ast.stmt]) -> Bindings:
+    """The bindings of `body`: names, attribute chains, and per loop what its body rebinds
+    and what it writes into without rebinding (`x[i] = …`, `x.a = …`, `x += …`).
 
     An accumulation (`acc += v`, `acc = acc + v`) does not count as a rebind: the container
     or accumulator still comes from before the loop.
     """
     scan = _BindingScan()
     scan.visit(body)
-    return scan.names, scan.rebinds, scan.writes
-
-
-def bound_attributes(body: List[ast.stmt]) -> Set[str]:
-    """`self.loader`, `self.model.head`: the attribute chains `body` assigns."""
-    scan = _BindingScan()
-    scan.visit(body)
-    return scan.attributes
+    return Bindings(frozenset(scan.names), frozenset(scan.attributes), scan.rebinds, scan.writes)
 
 
 class _BindingScan:

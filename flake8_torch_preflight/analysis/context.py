@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, Optional, Protocol
 
+from .bindings import Bindings
 from .events import FunctionFacts
 from .imports import ImportTable
 from .index import ClassInfo, FileIndex, FunctionInfo
@@ -35,5 +36,7 @@ class FileContext(Protocol):
     def other_file(self, path: str) -> Optional["FileContext"]: ...
 
     def binding_scope(self, func: Optional[FunctionInfo], name: str) -> str: ...
+
+    def bindings(self, func: Optional[FunctionInfo]) -> "Bindings": ...
 
     def memo(self, topic: str) -> Dict: ...

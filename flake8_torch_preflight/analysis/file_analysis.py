@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import semantics, workspace
 from .astutil import dotted, iterated_expr
-from .bindings import bound_attributes, scan_bindings
+from .bindings import Bindings, scan_bindings
 from .events import FunctionFacts, LocalCall, Site
 from .flow import FlowAnalyzer
 from .imports import ImportTable
@@ -73,6 +73,22 @@ class FileAnalysis:
         if func.home is None or func.home is self:
             return f"line {line}"
         return f"line {line} of {os.path.basename(func.home.filename)}"
+
+    def release(self) -> None:
+        """Drop what this analysis built (called once the rules are done with the file): its
+        facts and memos refer back to it, and untangling them here lets reference counting
+        free them at once instead of leaving cycles for the garbage collector to scan."""
+        for func in self.index.functions:
+            func.home = None
+        for cls in self.index.classes.values():
+            cls.home = None
+        self._globals.analyzer = None
+        self._facts.clear()
+        self._memos.clear()
+        self._others.clear()
+        self._live.clear()
+        self._callers = None
+        self._module_facts = None
 
     def memo(self, topic: str) -> Dict:
         """The memo table of one question (see `memo.per_file`), as long as this analysis."""
@@ -137,14 +153,19 @@ class FileAnalysis:
         """The qualified name of the innermost function from `func` outwards that binds
         `name` (a closure variable's home), or `<module>`."""
         while func is not None:
-            names = self.memo("bound_names").get(func)
-            if names is None:
-                names = scan_bindings(func.node.body)[0] | set(func.params)
-                self.memo("bound_names")[func] = names
-            if name in names:
+            if name in self.bindings(func).names or name in func.params:
                 return func.qualname
             func = func.parent
         return "<module>"
+
+    def bindings(self, func: Optional[FunctionInfo]) -> Bindings:
+        """What `func`'s body (the module body for None) binds: one statement walk, shared
+        by the interpreter and the questions about closures and attributes."""
+        table = self.memo("bindings")
+        found = table.get(func)
+        if found is None:
+            found = table[func] = scan_bindings(func.node.body if func else self.tree.body)
+        return found
 
     def _env_of(self, func: FunctionInfo):
         live = self._live.get(func)
@@ -185,7 +206,7 @@ class FileAnalysis:
             table = {}
             for owner in [cls] + list(cls.local_bases):
                 for method in owner.methods.values():
-                    for attribute in bound_attributes(method.node.body):
+                    for attribute in self.bindings(method).attributes:
                         table.setdefault(attribute, []).append(method)
             self.memo("attribute_setters")[cls] = table
         return table.get(text, [])

@@ -19,7 +19,6 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from . import project, semantics
 from . import values as V
 from .astutil import dotted
-from .bindings import scan_bindings
 from .context import FileContext
 from .env import Env, carried_values_changed, merge_envs
 from .index import FunctionInfo
@@ -64,11 +63,18 @@ class FlowAnalyzer:
         self.eval_mode = False
         self.unseen_call = False    # the call being evaluated has a callee we cannot see into
         self.scope = func.qualname if func else "<module>"
-        body = func.node.body if func else context.tree.body
-        local_names, self.rebinds, self.writes = scan_bindings(body)
-        self.local_names = local_names | set(func.params) if func else None
+        self._bindings = None   # scanned on first need: loop-free code without stores never asks
 
     # ------------------------------------------------------------------ where we are
+    @property
+    def bindings(self):
+        if self._bindings is None:
+            self._bindings = self.a.bindings(self.func)
+        return self._bindings
+
+    def is_local(self, name: str) -> bool:
+        """`name` is bound in this function (the module body binds only globals)."""
+        return self.func is None or name in self.bindings.names or name in self.func.params
     @property
     def in_loop(self) -> bool:
         return bool(self.loops)
@@ -88,7 +94,7 @@ class FlowAnalyzer:
         head = text.split(".", 1)[0]
         if head == "self" and self.func is not None and self.func.cls is not None:
             return f"{self.func.cls.name}.{text}", text
-        if self.local_names is not None and head not in self.local_names:
+        if not self.is_local(head):
             return f"{self.a.binding_scope(self.func.parent, head)}:{text}", text
         return f"{self.scope}:{text}", text
 
@@ -252,8 +258,8 @@ class FlowAnalyzer:
         if node not in facts.loop_parents:
             facts.loops.append(node)
             facts.loop_parents[node] = self.loops[-1] if self.loops else None
-            facts.loop_rebinds[node] = frozenset(self.rebinds.get(node, ()))
-            facts.loop_writes[node] = frozenset(self.writes.get(node, ()))
+            facts.loop_rebinds[node] = frozenset(self.bindings.rebinds.get(node, ()))
+            facts.loop_writes[node] = frozenset(self.bindings.writes.get(node, ()))
 
     def stmt_With(self, node) -> None:
         saved = (self.no_grad, self.accumulate)
@@ -576,7 +582,15 @@ class FlowAnalyzer:
         cls = self.a.index.classes.get(name)
         if cls is not None:
             return self.construct_class(call, cls)
-        return semantics.call_builtin(call, name) or self.unseen()
+        result = semantics.call_builtin(call, name)
+        if result is not None:
+            return result
+        found = project.star_imported(self.a, name)   # `from .models import *`
+        if found is None:
+            return self.unseen()
+        if isinstance(found[1], FunctionInfo):
+            return self.call_function(call.node, found[1], call.args, call.kwargs, None)
+        return self.construct_class(call, found[1])
 
     def call_value(self, call: Call, called: Value) -> Value:
         result = semantics.call_value(call, called)

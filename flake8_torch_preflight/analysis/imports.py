@@ -8,7 +8,7 @@ executed, and torch's own sources are never read.
 from __future__ import annotations
 
 import ast
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 
 class ImportTable:
@@ -22,6 +22,7 @@ class ImportTable:
     def __init__(self, tree: ast.AST, module_name: str = "") -> None:
         self._names: Dict[str, str] = {}
         self.modules: Set[str] = set()
+        self.star_modules: List[str] = []   # `from .models import *`
         self._module_name = module_name
         for node in _import_statements(tree.body):
             if isinstance(node, ast.Import):
@@ -38,6 +39,8 @@ class ImportTable:
                     self.modules.add(base)
                 for alias in node.names:
                     if alias.name == "*":
+                        if base:
+                            self.star_modules.append(base)
                         continue
                     target = f"{base}.{alias.name}" if base else alias.name
                     self._names[alias.asname or alias.name] = target

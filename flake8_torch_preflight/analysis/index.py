@@ -113,10 +113,11 @@ class FileIndex:
                             no_grad_decorated=any(self._disables_grad(d) for d in node.decorator_list))
         self.functions.append(info)
         self.by_node[node] = info
+        # the last `def` of a name is what it is bound to (`@overload` stubs come first)
         if cls is not None and parent is None:
-            cls.methods.setdefault(node.name, info)
+            cls.methods[node.name] = info
         else:
-            self._scoped.setdefault((parent, node.name), info)
+            self._scoped[(parent, node.name)] = info
         self._collect(node.body, info, None, f"{prefix}{node.name}.<locals>.")
 
     def _base_name(self, base: ast.expr) -> str:

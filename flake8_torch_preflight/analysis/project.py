@@ -56,6 +56,12 @@ LIBRARY_PACKAGES = frozenset(
 ) | _stdlib_module_names()
 
 
+# Libraries no project folder is taken for (the analysed code's own `torch/` is not ours to
+# read): names under them are never looked up on disk.
+_NEVER_PROJECT = frozenset({"torch", "torchvision", "torchaudio", "numpy", "np"}) | \
+    _stdlib_module_names()
+
+
 def is_project_name(qualname: Optional[str]) -> bool:
     """An imported name that may belong to the project itself (relative, or not a library)."""
     if not qualname:
@@ -78,7 +84,14 @@ def other_analysis(analysis: FileContext, module: str) -> Optional[FileContext]:
 
 def module_file(filename: str, module: str) -> Optional[str]:
     """The `.py` file that `module` (`models`, `.model`, `pkg.nets`) names, seen from
-    `filename`, or None when it is not a file of this project next to it."""
+    `filename`, or None when it is not a file of this project next to it.
+
+    Relative imports are resolved from the file's package. Absolute ones are looked up in the
+    file's folder, in each package folder above it, and then in the folders above those up
+    to the project's root (the first folder holding `pyproject.toml`, `setup.py`, `setup.cfg`
+    or `.git`; at most a few levels): scripts run from the repository root import its
+    modules. A project folder named like a library (`datasets/` in a detection repository)
+    is the project's. Only the project's folders are searched, never installed packages."""
     if not filename or filename.startswith("<") or not module.strip("."):
         return None
     here = os.path.dirname(os.path.abspath(filename))
@@ -87,23 +100,7 @@ def module_file(filename: str, module: str) -> Optional[str]:
         return _FILES[key]
     level = len(module) - len(module.lstrip("."))
     parts = module.lstrip(".").split(".")
-    roots: List[str] = []
-    if level:
-        root = here
-        for _ in range(level - 1):
-            root = os.path.dirname(root)
-        roots.append(root)
-    elif parts[0] not in LIBRARY_PACKAGES:
-        root = here
-        roots.append(root)
-        for _ in range(_MAX_PARENTS):
-            if not os.path.isfile(os.path.join(root, "__init__.py")):
-                break
-            parent = os.path.dirname(root)
-            if parent == root:
-                break
-            root = parent
-            roots.append(root)
+    roots = _relative_root(here, level) if level else _absolute_roots(here)
     found = None
     for root in roots:
         base = os.path.join(root, *parts)
@@ -117,11 +114,64 @@ def module_file(filename: str, module: str) -> Optional[str]:
     return found
 
 
+_MAX_ROOT_LEVELS = 3      # non-package folders walked up towards the project root
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_ROOTS: Dict[str, List[str]] = {}
+
+
+def _relative_root(here: str, level: int) -> List[str]:
+    root = here
+    for _ in range(level - 1):
+        root = os.path.dirname(root)
+    return [root]
+
+
+def _absolute_roots(here: str) -> List[str]:
+    """The file's folder, the package folders above it, then up to the project root."""
+    cached = _ROOTS.get(here)
+    if cached is not None:
+        return cached
+    roots = [here]
+    root = here
+    for _ in range(_MAX_PARENTS):
+        if not os.path.isfile(os.path.join(root, "__init__.py")):
+            break
+        parent = os.path.dirname(root)
+        if parent == root:
+            break
+        root = parent
+        roots.append(root)
+    for _ in range(_MAX_ROOT_LEVELS):
+        if any(os.path.exists(os.path.join(root, marker)) for marker in _ROOT_MARKERS):
+            break
+        parent = os.path.dirname(root)
+        if parent == root:
+            break
+        root = parent
+        roots.append(root)
+    _ROOTS[here] = roots
+    return roots
+
+
+def star_imported(analysis: FileContext, name: str):
+    """(analysis, ClassInfo or FunctionInfo) for a name the file can only have from a
+    `from <project module> import *`, or None."""
+    for module in analysis.imports.star_modules:
+        path = module_file(analysis.filename, module)
+        other = analysis.other_file(path) if path is not None else None
+        if other is None:
+            continue
+        found = other.index.classes.get(name) or other.index.function_named(name, None)
+        if found is not None:
+            return other, found
+    return None
+
+
 def resolve(analysis: FileContext, qualname: str, hops: int = 0):
     """(the defining file's analysis, its ClassInfo or module-level FunctionInfo) for a name
     of another project file (`models.Net`, `.engine.train_one_epoch`), following re-exports;
     None when it does not resolve to such a file (a library, a missing file)."""
-    if hops > _MAX_HOPS or "." not in qualname or not is_project_name(qualname):
+    if hops > _MAX_HOPS or "." not in qualname or qualname.split(".", 1)[0] in _NEVER_PROJECT:
         return None
     module, name = qualname.rsplit(".", 1)
     path = module_file(analysis.filename, module)

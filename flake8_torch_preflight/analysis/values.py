@@ -256,7 +256,9 @@ def join(a: Value, b: Value) -> Value:
         tags=a.tags | b.tags | ({ACTIVATION_UNSURE} if activation_unsure else set()),
         containers=a.containers | b.containers,
         params=a.params | b.params,
-        cls=a.cls if a.cls is b.cls else (a.cls or b.cls),
+        # two different classes: which one is not known (`RNNModel(...) if rnn else
+        # TransformerModel(...)`); one class or none: it may be that class
+        cls=a.cls if a.cls is b.cls or b.cls is None else (b.cls if a.cls is None else None),
         node=a.node or b.node,
         elements=elements,
         fields=a.fields or b.fields,

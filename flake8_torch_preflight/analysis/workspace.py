@@ -1,10 +1,12 @@
 """The other files of the project, analysed once per process and cached.
 
 A file is read and parsed with `ast` (never imported or executed), keyed by path and
-modification time. Only a few recent analyses are kept: each holds every fact of its file,
-and a process that keeps hundreds alive makes every garbage collection in flake8 scan them
-(measured: 10 % of the whole flake8 run on a 377-file repository), while one file's imports
-are usually few.
+modification time. Only a few recent analyses are kept: each holds its file's tree and every
+fact computed on it, and every garbage collection in flake8 (triggered by its own tokenizing
+and checks between our files) scans whatever we keep alive. Measured on 443 corpus files,
+keeping 64 analyses cost more in collections (1.3 s against stock flake8's 0.4 s) than
+re-analysing saved; 4 was the best of 0, 2, 4, 8, 16 and 32. Within one linted file every
+other file is analysed once (`FileAnalysis.other_file` pins it).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from collections import OrderedDict
 from typing import Callable, Optional, Tuple, TypeVar
 
 T = TypeVar("T")
-_MAX_CACHED = 16
+_MAX_CACHED = 4
 # path -> (mtime, analysis or None when it does not parse)
 _CACHE: "OrderedDict[str, Tuple[float, object]]" = OrderedDict()
 
