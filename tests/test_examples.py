@@ -1,6 +1,6 @@
 """The example scripts: `bad_train.py` reports exactly its `# expect:` lines (any rule, any
-level) and holds an instance of every rule TPF001-TPF013; `good_train.py`, the same script
-fixed, reports nothing at all (not even a note).
+level, notes shown) and holds an instance of every registered rule; `good_train.py`, the same
+script fixed, reports nothing at all (not even a note).
 """
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ import pytest
 from fixture_format import FIXTURES, expectations
 from flake8_torch_preflight.engine import lint_source
 from flake8_torch_preflight.plugin import TorchPreflightChecker
+from flake8_torch_preflight.rules import ALL_RULES as REGISTERED
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-ALL_RULES = {f"TPF{n:03d}" for n in range(1, 14)}
+ALL_RULES = {rule.code for rule in REGISTERED}
 
 
 def _messages(path: Path):
     source = path.read_text()
     checker = TorchPreflightChecker(ast.parse(source), source.splitlines(True), str(path))
+    checker.show_notes = True
     return source, [(line, message) for line, _, message, _ in checker.run()]
 
 

@@ -155,6 +155,12 @@ class FlowAnalyzer:
 
     def stmt_Expr(self, node: ast.Expr) -> None:
         self.expr(node.value)
+        call = node.value
+        if isinstance(call, ast.Call):
+            # `torch.set_grad_enabled(False)` as a statement: autograd stays off from here on
+            mode = semantics.statement_grad_mode(self.qualname(call.func), call)
+            if mode is not None:
+                self.no_grad = not mode
 
     def stmt_Assign(self, node: ast.Assign) -> None:
         value = self.expr(node.value)

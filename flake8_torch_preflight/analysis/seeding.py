@@ -33,6 +33,11 @@ _SEEDERS: Dict[str, FrozenSet[str]] = {
 _SEED_ALL_NAMES = frozenset({"seed_everything", "set_seed", "set_random_seed", "seed_all",
                              "set_seeds", "setup_seed", "fix_seed", "fix_seeds", "init_seeds",
                              "enable_full_determinism", "set_global_seed", "seed_torch"})
+# Lightning's CLI seeds every generator when it starts (`seed_everything_default=True` by
+# default: a random seed it logs), unless told `seed_everything_default=False`.
+_SEEDING_CLIS = frozenset({"lightning.pytorch.cli.LightningCLI", "lightning.pytorch.LightningCLI",
+                           "pytorch_lightning.cli.LightningCLI",
+                           "pytorch_lightning.utilities.cli.LightningCLI"})
 # Constructing an HF Trainer seeds everything (`TrainingArguments.seed`, default 42).
 _SEEDING_CONSTRUCTORS = ("transformers.Trainer", "transformers.Seq2SeqTrainer",
                          "transformers.trainer.Trainer", "trl.")
@@ -67,6 +72,10 @@ def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
     if qual is not None:
         if qual in _SEEDERS:
             return _SEEDERS[qual]
+        if qual in _SEEDING_CLIS:
+            off = any(kw.arg == "seed_everything_default" and isinstance(kw.value, ast.Constant)
+                      and kw.value.value is False for kw in call.node.keywords)
+            return frozenset() if off else ALL
         last = qual.rsplit(".", 1)[-1]
         if last in _SEED_ALL_NAMES or _seeding_constructor(qual):
             return ALL
@@ -188,6 +197,22 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
 
 
 @per_file("random_draws")
+@per_file("unseen_setup")
+def unseen_setup_call(analysis) -> Optional[CallSite]:
+    """A call the analysis cannot see into that may seed for the script: a function of the
+    project it cannot find, or a library entry point named for setting a run up
+    (`detectron2.engine.default_setup(cfg, args)` seeds every generator). While one is
+    there, "nothing is seeded" is not proven."""
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            if not call.unseen or call.qualname is None:
+                continue
+            last = call.qualname.rsplit(".", 1)[-1].lower()
+            if project.is_project_name(call.qualname) or "setup" in last or last.startswith("init"):
+                return call
+    return None
+
+
 def random_draws(analysis) -> Dict[str, Tuple[FunctionFacts, CallSite]]:
     """generator -> the first call that draws from its global state (numpy, random, torch)."""
     draws: Dict[str, Tuple[FunctionFacts, CallSite]] = {}

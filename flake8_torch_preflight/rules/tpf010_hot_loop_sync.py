@@ -70,6 +70,7 @@ from ..analysis import values as V
 from ..analysis.astutil import short
 from ..analysis.device import cuda_evidence, encloses, hot_reason, step_loops
 from ..analysis.events import CallSite, FunctionFacts
+from ..analysis.memo import per_file
 from ..findings import NOTE, WARNING, Finding
 from .base import Rule
 
@@ -107,6 +108,8 @@ class HotLoopSync(Rule):
         if not loops and hot is None:
             return
         timing = _does_timing(analysis, facts)
+        for loop in loops:
+            yield from self._helpers_syncing_per_element(analysis, facts, loop, cuda)
         notes: Dict[object, List[Tuple[CallSite, str]]] = {}
         for call in facts.calls:
             site = call.site
@@ -155,6 +158,29 @@ class HotLoopSync(Rule):
             yield self.finding(
                 call.site, f"`{short(call.node, 30)}` waits for the GPU every step just to log",
                 f"{why}, not under a logging interval{more}", fix, NOTE)
+
+    def _helpers_syncing_per_element(self, analysis, facts, loop, cuda) -> Iterator[Finding]:
+        """A helper of another project file called every step of `loop` (no guard) that
+        syncs once per element of a loop of its own (`.item()` per parameter to log or clip
+        norms). Helpers of this file are judged in their own body (`hot_reason`)."""
+        for local in analysis.in_loop(facts, "local_calls", loop):
+            callee = local.callee
+            if callee.home in (None, analysis) or local.site.loops[-1] is not loop \
+                    or local.site.conds_inside(loop):
+                continue
+            found = _per_element_sync(analysis, callee)
+            if found is None:
+                continue
+            text, line, inner, where = found
+            yield self.finding(
+                local.site,
+                f"`{callee.name}()` syncs host and GPU once per element of a loop, every "
+                f"training step",
+                f"called at line {local.site.line} in the training loop at line {loop.lineno} "
+                f"with no logging-interval guard; it runs {text} inside its loop at "
+                f"{analysis.where(where, inner)} ({analysis.where(where, line)}); {cuda}",
+                "compute on device and sync once (`torch.stack([...])` then one `.tolist()`), "
+                "or call it only every N steps under `if step % log_every == 0:`", WARNING)
 
     @staticmethod
     def _per_step(loops, hot, site) -> Optional[Tuple[object, str]]:
@@ -219,8 +245,41 @@ def _logging_use(facts: FunctionFacts, call: CallSite) -> Optional[str]:
 
 
 def _does_timing(analysis, facts: FunctionFacts) -> bool:
+    """The function measures time: a clock call in it, or in a helper it calls (a metric
+    logger's `log_every()` iterator, in another file too), or its name or file says so."""
     name = (facts.func.name if facts.func is not None else "").lower()
     if any(w in name for w in _TIMING_WORDS) or any(
             w in analysis.filename.lower().rsplit("/", 1)[-1] for w in _TIMING_WORDS):
         return True
+    return _times(facts) or any(_helper_times(analysis, c.callee) for c in facts.local_calls)
+
+
+def _times(facts: FunctionFacts) -> bool:
     return any(c.qualname in _TIMING or c.method == "elapsed_time" for c in facts.calls)
+
+
+@per_file("tpf010_helper_times", guard=False)
+def _helper_times(analysis, func) -> bool:
+    facts = analysis.facts_for(func)
+    return _times(facts) or any(_helper_times(analysis, c.callee) for c in facts.local_calls)
+
+
+@per_file("tpf010_per_element_sync")
+def _per_element_sync(analysis, func) -> Optional[Tuple[str, int, int, object]]:
+    """(sync text, its line, its loop's line, the function it is in) for a sync inside a
+    loop of `func` (or of a helper it calls outside its loops) that no condition guards."""
+    facts = analysis.facts_for(func)
+    for call in facts.calls:
+        # a test inside the loop filters elements (`if p.grad is not None`); one around the
+        # loop, or a counter, is a guard
+        conds = call.site.conds
+        if call.site.loops and not any(c.depth == 0 or c.counter for c in conds):
+            sync = _sync(call)
+            if sync is not None:
+                return sync, call.site.line, call.site.loops[-1].lineno, func
+    for local in facts.local_calls:
+        if not local.site.loops and not local.site.conds:
+            found = _per_element_sync(analysis, local.callee)
+            if found is not None:
+                return found
+    return None

@@ -80,8 +80,9 @@ from typing import Iterator, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.astutil import dotted, short
+from ..analysis.distributed import ddp_wraps
 from ..analysis.seeding import (NUMPY, RANDOM, TORCH, TORCH_CUDA, file_seeds, main_guard,
-                                random_draws)
+                                random_draws, unseen_setup_call)
 from ..findings import NOTE, WARNING, Finding
 from .base import Rule
 
@@ -107,7 +108,8 @@ class UnseededRandomness(Rule):
             f"`{fit[1]}` at line {fit[0]}"
         seeds = file_seeds(analysis)
         draws = random_draws(analysis)
-        if not seeds:
+        per_rank = _per_rank_advice(analysis)
+        if not seeds and unseen_setup_call(analysis) is None:
             where = guard if guard is not None else loop
             used = ", ".join(f"`{short(draws[g][1].node, 30)}` line {draws[g][1].site.line}"
                              for g in (NUMPY, RANDOM, TORCH) if g in draws)
@@ -118,7 +120,9 @@ class UnseededRandomness(Rule):
                 f"`set_seed` anywhere in the file" + (f"; draws: {used}" if used else ""),
                 "seed every generator the script uses at startup (`torch.manual_seed(seed)`, "
                 "plus `random.seed`/`np.random.seed`), or call `lightning.seed_everything(seed)` "
-                "/ `transformers.set_seed(seed)`")
+                "/ `transformers.set_seed(seed)`" + per_rank)
+            return
+        if not seeds:
             return
         parts = []
         for g in (TORCH, TORCH_CUDA, NUMPY, RANDOM):
@@ -146,7 +150,18 @@ class UnseededRandomness(Rule):
             yield Finding(
                 line, _col(analysis, line), self.code, WARNING, what,
                 f"the script seeds {seeded} and trains ({trains}){extra}",
-                "add `torch.manual_seed(seed)` (it seeds CPU and every CUDA device)")
+                "add `torch.manual_seed(seed)` (it seeds CPU and every CUDA device)" + per_rank)
+
+
+def _per_rank_advice(analysis) -> str:
+    """In data-parallel code one fixed seed gives every rank the same dropout masks,
+    augmentations and noise; DDP broadcasts rank 0's initial weights, so the seed can take
+    the rank."""
+    if not ddp_wraps(analysis):
+        return ""
+    return ("; in this data-parallel script add the rank (`torch.manual_seed(seed + rank)`) so "
+            "ranks draw different dropout masks and augmentations (DDP broadcasts rank 0's "
+            "initial weights)")
 
 
 def _entry_point(analysis, guard) -> bool:

@@ -70,6 +70,7 @@ from ..analysis.device import (batch_transfer, cuda_evidence, hot_reason, in_mem
                                step_loops, transfer_target)
 from ..analysis.events import CallSite, FunctionFacts
 from ..analysis.index import VAL_LOADER_RE
+from ..analysis.seeding import main_guard
 from ..findings import NOTE, WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -188,7 +189,8 @@ class InputPipelineStall(Rule):
                 issues, fixes = [], []
                 workers = keyword(node, "num_workers")
                 if (workers is None or (isinstance(workers, ast.Constant) and workers.value == 0)) \
-                        and in_memory_dataset(analysis, facts, call) is None:
+                        and in_memory_dataset(analysis, facts, call) is None \
+                        and not _dataset_touched_by_training(analysis, facts, node):
                     issues.append("batches are loaded in the training process "
                                   f"(`num_workers` {'absent' if workers is None else '0'})")
                     fixes.append("`num_workers=4` (or more)")
@@ -206,8 +208,41 @@ class InputPipelineStall(Rule):
                     call.site, "the GPU waits on the input pipeline of this training loader",
                     f"{'; '.join(issues)}; the loader is {reason}; the file targets CUDA "
                     f"({evidence[1]} line {evidence[0]})",
-                    f"add {' and '.join(fixes)} to the `DataLoader(...)` call", NOTE,
-                    plan=_pin_memory_plan(node, pin, fixes))
+                    f"add {' and '.join(fixes)} to the `DataLoader(...)` call"
+                    + (_spawn_guard_advice(analysis) if "`num_workers=4` (or more)" in fixes else ""),
+                    NOTE, plan=_pin_memory_plan(node, pin, fixes))
+
+
+def _spawn_guard_advice(analysis) -> str:
+    """Worker processes re-import the script where they are spawned (macOS, Windows, and
+    Linux from Python 3.14): a script that trains at module level with no `__main__` guard
+    would re-run itself in every worker and fail."""
+    if main_guard(analysis) is not None or not _module_level_work(analysis):
+        return ""
+    return ("; first move the script's top-level code under `if __name__ == \"__main__\":` "
+            "(worker processes re-import the script where they are spawned)")
+
+
+def _module_level_work(analysis) -> bool:
+    """The module body itself trains (loops over batches at top level)."""
+    return bool(analysis.training_loops(analysis.module_facts))
+
+
+def _dataset_touched_by_training(analysis, facts, node: ast.Call) -> bool:
+    """The loader reads an object the training loop itself changes or calls into (a replay
+    buffer the step fills): worker processes would read a stale copy."""
+    arg = keyword(node, "dataset") or (node.args[0] if node.args else None)
+    text = dotted(arg) if arg is not None else None
+    if text is None:
+        return False
+    for other in analysis.all_facts():
+        for loop in analysis.training_loops(other):
+            if text in loop_mutations(analysis, other, loop):
+                return True
+            if any(isinstance(c.node.func, ast.Attribute) and dotted(c.node.func.value) == text
+                   for c in analysis.in_loop(other, "calls", loop)):
+                return True
+    return False
 
 
 def _pin_memory_plan(node: ast.Call, pin, fixes) -> Optional[FixPlan]:

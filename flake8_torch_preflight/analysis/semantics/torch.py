@@ -94,6 +94,12 @@ def _torch_function(call: Call) -> Value:
     return derived(inputs, V.TENSOR)
 
 
+def statement_grad_mode(qual: Optional[str], call: ast.Call) -> Optional[bool]:
+    """`torch.set_grad_enabled(flag)` written as a statement switches autograd for what
+    follows (`torch.no_grad()` as a statement does nothing: see TPF016)."""
+    return grad_mode(qual, call) if qual in api.SET_GRAD_ENABLED else None
+
+
 @grad_context
 def grad_mode(qual: Optional[str], call: Optional[ast.Call]) -> Optional[bool]:
     """For a `with` context: False when it disables autograd, True when it enables it,
