@@ -149,6 +149,9 @@ class FunctionFacts:
     forwards: List[Forward] = field(default_factory=list)
     local_calls: List[LocalCall] = field(default_factory=list)
     freezes: List[Freeze] = field(default_factory=list)
+    # gradients multiplied or divided in place (`p.grad /= n`, `p.grad.mul_(s)`,
+    # `torch._foreach_mul_(grads, s)`): accumulation normalised on the gradients
+    grad_scales: List[Site] = field(default_factory=list)
     loops: List[ast.AST] = field(default_factory=list)
     loop_parents: Dict[ast.AST, Optional[ast.AST]] = field(default_factory=dict)
     loop_rebinds: Dict[ast.AST, frozenset] = field(default_factory=dict)

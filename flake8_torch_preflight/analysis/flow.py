@@ -191,6 +191,8 @@ class FlowAnalyzer:
             self.bind(node.target, self.expr(node.value), node)
 
     def stmt_AugAssign(self, node: ast.AugAssign) -> None:
+        if isinstance(node.target, ast.Attribute) and isinstance(node.op, (ast.Mult, ast.Div)):
+            semantics.assign_attribute(self, node.target.attr, node, augmented=True)
         right = self.expr(node.value)
         current = self.expr(node.target)
         if isinstance(node.op, ast.Div) and (current.grad or current.has(V.LOSS) or current.params):
@@ -670,6 +672,10 @@ class FlowAnalyzer:
                                           for n in ast.walk(target)):
                 return loop
         return None
+
+    def record_grad_scale(self, node) -> None:
+        if self.recording:
+            self.facts.grad_scales.append(self.site(node))
 
     def record_mode(self, node, mode: str, receiver: str) -> None:
         self.eval_mode = mode == "eval"

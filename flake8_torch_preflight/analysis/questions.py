@@ -20,6 +20,7 @@ class Does(str, Enum):
     TRAIN = "train"         # `model.train()`
     FORWARD = "forward"     # a module's forward pass
     DIFFERENTIATE = "differentiate"   # a backward, or `torch.autograd.grad` and friends
+    SCALE_GRADS = "scale_grads"       # gradients multiplied/divided in place
 
     def sites_in(self, facts: FunctionFacts) -> List[Site]:
         """Where `facts`' own events (not its helpers') do this."""
@@ -33,6 +34,7 @@ _SITES: Dict[Does, Callable[[FunctionFacts], List[Site]]] = {
     Does.EVAL: lambda f: [m.site for m in f.modes if m.mode == "eval"],
     Does.TRAIN: lambda f: [m.site for m in f.modes if m.mode == "train"],
     Does.FORWARD: lambda f: [fw.site for fw in f.forwards],
+    Does.SCALE_GRADS: lambda f: list(f.grad_scales),
     Does.DIFFERENTIATE: lambda f: [b.site for b in f.backwards] + [
         c.site for c in f.calls if c.qualname in GRADIENT_FUNCS],
 }

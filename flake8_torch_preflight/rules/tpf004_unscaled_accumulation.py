@@ -75,12 +75,15 @@ micro-step (TPF015 reports that: there is no accumulation left to scale), and fo
 Adam-style optimizer with no clip and no coupled L2 decay in the window. A division elsewhere
 (a log line, `step // n`) does not count, and DDP's `no_sync()` does not scale the loss. A
 backward inside `optimizer.step(closure)` and windows split across files are not seen.
+Quiet too when the function normalises the accumulated gradients in place before its step
+(`p.grad /= n`, `p.grad.mul_(s)`, `torch._foreach_mul_(grads, s)`, or a helper that does,
+such as torchtune's `scale_grads(model, 1 / num_tokens)`).
 """
 from __future__ import annotations
 
 from typing import Iterator, List, Optional, Tuple
 
-from ..analysis import FileAnalysis
+from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..analysis.accumulation import (Window, backwarded_expr, every_step_resets, helper_backwards,
                                      undivided_from_unread_code, windows)
@@ -101,6 +104,8 @@ class UnscaledAccumulation(Rule):
         for window in windows(analysis):
             if window.owner is not None:
                 continue
+            if _scales_gradients(analysis, window):
+                continue   # normalised on the gradients (`scale_grads(model, 1 / num_tokens)`)
             undivided = _undivided_backwards(analysis, window, deep=False)
             effect = None
             if not undivided:
@@ -131,6 +136,15 @@ class UnscaledAccumulation(Rule):
             f"{window.loop.lineno}, the optimizer steps {window.gate.describe()}, and the loss "
             f"from {made} is never divided; {why}",
             f"divide the loss by {count} before its backward")
+
+
+def _scales_gradients(analysis, window: Window) -> bool:
+    """The function whose window it is scales gradients in place (itself or through a
+    helper, in the window or after a micro-batch loop, before its step)."""
+    facts = window.facts
+    if facts.func is not None:
+        return analysis.function_does(facts.func, Does.SCALE_GRADS)
+    return analysis.loop_does(facts, window.loop, Does.SCALE_GRADS)
 
 
 def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:

@@ -89,7 +89,7 @@ BUILTINS: Dict[str, Handler] = {}
 # `with <context>:` -> does it turn autograd off (False), on (True), or neither (None)?
 GRAD_CONTEXTS: List[Callable[[Optional[str], Optional[ast.Call]], Optional[bool]]] = []
 # `x.<attr> = value` statements that mean something (`p.grad = None` resets gradients).
-ASSIGNED_ATTRIBUTES: Dict[str, Callable[[Interpreter, ast.stmt], None]] = {}
+ASSIGNED_ATTRIBUTES: Dict[Tuple[str, bool], Callable[[Interpreter, ast.stmt], None]] = {}
 
 # Which table a receiver's methods are looked up in: its first kind in this order.
 METHOD_RECEIVER_KINDS = (V.SCALER, V.ACCELERATOR, V.FABRIC, V.MODULE, V.CONTAINER, V.TENSOR,
@@ -170,10 +170,10 @@ def grad_context(decide):
     return decide
 
 
-def assigned_attribute(*names: str):
+def assigned_attribute(*names: str, augmented: bool = False):
     def register(handler):
         for name in names:
-            ASSIGNED_ATTRIBUTES[name] = handler
+            ASSIGNED_ATTRIBUTES[(name, augmented)] = handler
         return handler
     return register
 
@@ -282,7 +282,8 @@ def context_grad_mode(qual: Optional[str], call: Optional[ast.Call]) -> Optional
     return None
 
 
-def assign_attribute(flow: Interpreter, attr: str, stmt: ast.stmt) -> None:
-    handler = ASSIGNED_ATTRIBUTES.get(attr)
+def assign_attribute(flow: Interpreter, attr: str, stmt: ast.stmt, augmented: bool = False) -> None:
+    """`x.<attr> = v` (or, `augmented`, `x.<attr> *= v` / `/= v`) is being executed."""
+    handler = ASSIGNED_ATTRIBUTES.get((attr, augmented))
     if handler is not None:
         handler(flow, stmt)

@@ -59,6 +59,22 @@ def _grad_assigned(flow, stmt: ast.stmt) -> None:
     flow.record_reset(stmt)
 
 
+@assigned_attribute("grad", augmented=True)
+def _grad_scaled(flow, stmt: ast.stmt) -> None:
+    """`p.grad /= n`, `p.grad *= 1 / n`: gradients normalised in place."""
+    flow.record_grad_scale(stmt)
+
+
+@method("mul_", "div_")
+def _grad_scaled_by_method(call: Call) -> Optional[Value]:
+    """`p.grad.mul_(s)` / `p.grad.div_(n)` scale gradients in place (any other receiver's
+    `mul_` is an ordinary tensor method: looked up as usual)."""
+    receiver = call.receiver_node
+    if isinstance(receiver, ast.Attribute) and receiver.attr == "grad":
+        call.flow.record_grad_scale(call.node)
+    return None
+
+
 _PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
 
 

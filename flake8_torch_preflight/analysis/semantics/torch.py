@@ -49,6 +49,14 @@ def _autograd_backward(call: Call) -> Optional[Value]:
     return UNKNOWN
 
 
+@qualified("torch._foreach_mul_", "torch._foreach_div_")
+def _foreach_scale(call: Call) -> Optional[Value]:
+    """`torch._foreach_mul_(grads, scale)`: how gradient helpers normalise in bulk (it scales
+    whatever list it is given; read as gradients, the only lists training code scales)."""
+    call.flow.record_grad_scale(call.node)
+    return None
+
+
 @qualified("torch.device")
 def _device(call: Call) -> Optional[Value]:
     if call.args and call.args[0].has(V.CUDA_DEVICE):
