@@ -14,6 +14,7 @@ import builtins
 from typing import List
 
 from . import values as V
+from .memo import per_file
 from .project import is_project_name, resolve_class
 from .questions import Does
 from .torchapi import DDP_WRAPPERS, is_torch_nn_class
@@ -74,3 +75,128 @@ def _project_bases(analysis, cls) -> List[str]:
                     and is_project_name(base):
                 out.append(base)
     return out
+
+
+# ---------------------------------------------------------------------- train/eval mode
+# `torch.nn` layers whose forward depends on `module.training`; any other layer of torch.nn
+# behaves the same in both modes (Linear, Conv, ReLU, pooling, LayerNorm, embeddings…),
+# except that a `dropout=` argument other than 0 makes RNNs, attention and transformer
+# layers mode-dependent too (their own default is checked in `_DROPOUT_BY_DEFAULT`).
+_MODE_DEPENDENT = ("Dropout", "BatchNorm", "InstanceNorm", "SyncBatchNorm", "AlphaDropout",
+                   "FeatureAlphaDropout", "LazyBatchNorm", "LazyInstanceNorm")
+_DROPOUT_BY_DEFAULT = frozenset({"torch.nn.Transformer", "torch.nn.TransformerEncoderLayer",
+                                 "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerEncoder",
+                                 "torch.nn.TransformerDecoder"})
+_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+
+
+@per_file("mode_free", guard=False, key_args=1)
+def mode_free(analysis, cls, depth: int = 0) -> bool:
+    """`cls` is an `nn.Module` class of the project proven to behave the same in `train()`
+    and `eval()` mode: its `__init__` (and its bases') builds only `torch.nn` layers that do
+    not depend on the mode, or classes of the project that are mode-free themselves, and
+    nothing of it reads `self.training`. Anything the analysis cannot see (a library model,
+    an unresolved call stored on `self`) is not proven."""
+    if cls is None or depth > 4 or not cls.is_module or cls.is_lightning:
+        return False
+    home = cls.home or analysis
+    for base in cls.bases:
+        local = next((b for b in cls.local_bases if b.name == base), None)
+        if local is not None:
+            if not mode_free(home, local, depth + 1):
+                return False
+        elif base not in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            return False
+    if _reads_training_flag(cls):
+        return False
+    init = cls.methods.get("__init__")
+    if init is None:
+        return True
+    facts = home.facts_for(init)
+    if _fills_self_containers(init.node) or any(
+            call.unseen for call in facts.calls if _assigns_self(call.site.stmt)):
+        return False
+    return all(_mode_free_value(home, value, depth) for name, value in facts.env.items()
+               if name.startswith("self.") and value.has(V.MODULE))
+
+
+def _mode_free_value(analysis, value, depth: int) -> bool:
+    """A module value `__init__` stored: a mode-free layer, container or project class."""
+    if value.cls is not None:
+        return mode_free(analysis, value.cls, depth + 1)
+    node = value.node
+    if not isinstance(node, ast.Call):
+        return False
+    qualname = analysis.imports.qualname(node.func) or ""
+    if not is_torch_nn_class(qualname):
+        return False
+    last = qualname.rsplit(".", 1)[-1]
+    if last.startswith(_MODE_DEPENDENT) or qualname in _DROPOUT_BY_DEFAULT:
+        return False
+    dropout = next((kw.value for kw in node.keywords if kw.arg == "dropout"), None)
+    if dropout is not None and not (isinstance(dropout, ast.Constant) and dropout.value == 0):
+        return False
+    if qualname in _CONTAINERS:
+        return _mode_free_layers(analysis, node, depth)
+    return True
+
+
+def _mode_free_layers(analysis, node: ast.Call, depth: int) -> bool:
+    """`nn.Sequential(nn.Linear(...), nn.ReLU())`: every layer written in it is mode-free."""
+    items = list(node.args)
+    for arg in node.args:
+        if isinstance(arg, (ast.List, ast.Tuple)):
+            items.extend(arg.elts)
+    for item in items:
+        if isinstance(item, (ast.List, ast.Tuple)):
+            continue
+        if not isinstance(item, ast.Call):
+            return False
+        qualname = analysis.imports.qualname(item.func) or ""
+        fake = V.Value(tags=frozenset({V.MODULE}), node=item)
+        if not is_torch_nn_class(qualname) or not _mode_free_value(analysis, fake, depth):
+            return False
+    return True
+
+
+def _reads_training_flag(cls) -> bool:
+    """Some method of the class reads `self.training` (`F.dropout(x, training=self.training)`)."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "training"
+               for method in cls.methods.values() for node in ast.walk(method.node))
+
+
+# `self.layers.append(Block(...))`, `self.add_module(name, layer)`, `setattr(self, name, layer)`,
+# `self.heads[k] = layer`: layers added after the container was built, which the stored
+# value of the attribute does not show.
+_CONTAINER_FILLS = frozenset({"append", "extend", "insert", "update", "add_module",
+                              "register_module", "__setitem__", "setdefault"})
+
+
+def _fills_self_containers(init: ast.AST) -> bool:
+    for node in ast.walk(init):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _CONTAINER_FILLS \
+                    and _on_self(func.value):
+                return True
+            if isinstance(func, ast.Name) and func.id == "setattr" and node.args \
+                    and _on_self(node.args[0]):
+                return True
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Subscript) and _on_self(t.value) for t in targets):
+                return True
+    return False
+
+
+def _on_self(node: ast.AST) -> bool:
+    """`self` or an attribute chain starting at it (`self.blocks`, `self.enc.layers`)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _assigns_self(stmt) -> bool:
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+               for t in targets if t is not None)

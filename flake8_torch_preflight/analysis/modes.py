@@ -32,7 +32,7 @@ class ModeEvent:
     site: Site                 # the site in the loop's function (a helper's call site)
     inner_line: int            # the line of the event itself (inside the helper if any)
     via: Optional[str] = None  # name of the helper the event happens in
-    no_grad: bool = False      # forward: autograd off
+    no_grad: bool = False      # forward, work: autograd off there (the backward never runs)
     aliases: FrozenSet[str] = frozenset()   # forward: the wrapped model (`DDP(model)`)
     args: Tuple[str, ...] = ()              # maybe_train: argument texts
 
@@ -84,7 +84,8 @@ def _own_events(facts: FunctionFacts) -> List[_Raw]:
         raw.append((_pos(mode.site), 0, ModeEvent(mode.mode, mode.receiver, mode.site,
                                                   mode.site.line)))
     for back in facts.backwards:
-        raw.append((_pos(back.site), 2, ModeEvent("work", None, back.site, back.site.line)))
+        raw.append((_pos(back.site), 2, ModeEvent("work", None, back.site, back.site.line,
+                                                  no_grad=back.site.no_grad)))
     for fwd in facts.forwards:
         if fwd.module.has(V.LOSS_FN) or fwd.module.has(V.ACTIVATION_MODULE):
             continue
@@ -145,7 +146,8 @@ def _helper_events(analysis, call) -> List[_Raw]:
             return _translate(text, callee, call.node)
         raw.append((_pos(call.site), 3 + i, ModeEvent(
             ev.kind, translated(ev.receiver), call.site, ev.inner_line, ev.via or callee.name,
-            ev.no_grad, frozenset(t for t in map(translated, ev.aliases) if t),
+            ev.no_grad or call.site.no_grad,   # a helper called under no_grad records nothing
+            frozenset(t for t in map(translated, ev.aliases) if t),
             tuple(t for t in map(translated, ev.args) if t))))
     return raw
 

@@ -56,16 +56,33 @@ model.module` then `net.eval()`) is not tracked. Calls that return the module it
 through (`model.to(device).train()`), and a `train()` on a value the analysis cannot identify
 (`task.get_trainable_module().train()`) inside a function that trains counts for any model.
 Each `eval()` call is reported once.
+Quiet when the model is a class of the project proven to behave the same in both modes (its
+`__init__` builds only `torch.nn` layers without dropout or batch-norm, and nothing reads
+`self.training`): `eval()` left on changes nothing there. A library model (torchvision, Hugging
+Face) is never proven so.
 """
 from __future__ import annotations
 
 from typing import Iterator, List
 
 from ..analysis import Does, FileAnalysis
+from ..analysis.classes import mode_free
 from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules,
                               last_iteration_only, loop_events, related)
 from ..findings import ERROR, Finding
 from .base import Rule
+
+
+def _mode_free_model(analysis, facts, receiver) -> bool:
+    """The model switched to eval is a class of the project proven to behave the same in both
+    modes (no dropout, no batch-norm): eval() left on changes nothing."""
+    if receiver is None:
+        return False
+    value = facts.env.get(receiver) or analysis.global_env.get(receiver)
+    if value is None and receiver.startswith("self.") and facts.func is not None \
+            and facts.func.cls is not None:
+        value = analysis.class_attr(facts.func.cls, receiver)
+    return value is not None and mode_free(analysis, value.cls)
 
 
 class StuckEvalMode(Rule):
@@ -97,7 +114,7 @@ class StuckEvalMode(Rule):
                     if key in reported:
                         continue
                     work = self._stuck(events, i, loop, exits, frozen)
-                    if work is None:
+                    if work is None or _mode_free_model(analysis, facts, event.receiver):
                         continue
                     reported.add(key)
                     yield self._report(event, work, loop)
@@ -129,8 +146,8 @@ class StuckEvalMode(Rule):
             if nxt.kind == "maybe_train" and (receiver is None or not nxt.args or any(
                     related(a, receiver) for a in nxt.args)):
                 return None
-            if nxt.kind == "work":
-                return nxt
+            if nxt.kind == "work" and not nxt.no_grad:
+                return nxt   # (a backward reached under no_grad never runs: not training)
         return None
 
     @staticmethod
@@ -139,6 +156,9 @@ class StuckEvalMode(Rule):
         if receiver is None:
             return True
         forwards = [e for e in events if e.kind == "forward"]
+        own = [e for e in forwards if e.receiver is not None and related(e.receiver, receiver)]
+        if own and all(e.no_grad for e in own):
+            return False  # only ever called under no_grad: a reference model, a teacher
         if not any(not e.no_grad for e in forwards):
             return True   # the training forward is not visible: assume it is this model
         for e in forwards:
