@@ -33,11 +33,20 @@ _SEEDERS: Dict[str, FrozenSet[str]] = {
 _SEED_ALL_NAMES = frozenset({"seed_everything", "set_seed", "set_random_seed", "seed_all",
                              "set_seeds", "setup_seed", "fix_seed", "fix_seeds", "init_seeds",
                              "enable_full_determinism", "set_global_seed", "seed_torch"})
-# Lightning's CLI seeds every generator when it starts (`seed_everything_default=True` by
-# default: a random seed it logs), unless told `seed_everything_default=False`.
-_SEEDING_CLIS = frozenset({"lightning.pytorch.cli.LightningCLI", "lightning.pytorch.LightningCLI",
-                           "pytorch_lightning.cli.LightningCLI",
-                           "pytorch_lightning.utilities.cli.LightningCLI"})
+# Entry points that seed every generator by default, unless the keyword is given the value:
+# Lightning's CLI (`seed_everything_default=True`: a random seed it logs), ColossalAI's
+# launchers (`seed=1024`, then `set_seed(seed)` on random, numpy and torch).
+_SEEDING_BY_DEFAULT: Dict[str, Tuple[str, object]] = {
+    **{name: ("seed_everything_default", False)
+       for name in ("lightning.pytorch.cli.LightningCLI", "lightning.pytorch.LightningCLI",
+                    "pytorch_lightning.cli.LightningCLI",
+                    "pytorch_lightning.utilities.cli.LightningCLI")},
+    **{f"{module}.{launcher}": ("seed", None)
+       for module in ("colossalai", "colossalai.initialize", "colossalai.legacy",
+                      "colossalai.legacy.initialize")
+       for launcher in ("launch", "launch_from_torch", "launch_from_slurm",
+                        "launch_from_openmpi")},
+}
 # Constructing an HF Trainer seeds everything (`TrainingArguments.seed`, default 42).
 _SEEDING_CONSTRUCTORS = ("transformers.Trainer", "transformers.Seq2SeqTrainer",
                          "transformers.trainer.Trainer", "trl.")
@@ -72,10 +81,8 @@ def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
     if qual is not None:
         if qual in _SEEDERS:
             return _SEEDERS[qual]
-        if qual in _SEEDING_CLIS:
-            off = any(kw.arg == "seed_everything_default" and isinstance(kw.value, ast.Constant)
-                      and kw.value.value is False for kw in call.node.keywords)
-            return frozenset() if off else ALL
+        if qual in _SEEDING_BY_DEFAULT:
+            return frozenset() if _default_seeding_off(call, *_SEEDING_BY_DEFAULT[qual]) else ALL
         last = qual.rsplit(".", 1)[-1]
         if last in _SEED_ALL_NAMES or _seeding_constructor(qual):
             return ALL
@@ -97,6 +104,12 @@ def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
         if cls is not None:
             return class_seeds(analysis, cls, hops)   # `MyTrainer(...)` of a Trainer subclass
     return frozenset()
+
+
+def _default_seeding_off(call: CallSite, keyword: str, off) -> bool:
+    """`LightningCLI(..., seed_everything_default=False)`, `launch_from_torch(seed=None)`."""
+    return any(kw.arg == keyword and isinstance(kw.value, ast.Constant) and kw.value.value is off
+               for kw in call.node.keywords)
 
 
 def _seeding_constructor(qual: str) -> bool:

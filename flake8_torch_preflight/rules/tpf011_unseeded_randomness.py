@@ -17,8 +17,10 @@ library helper that seeds everything (`lightning.seed_everything`, `fabric.seed_
 `transformers.set_seed`, `accelerate.utils.set_seed`, `enable_full_determinism`, an imported
 helper named for seeding and given a seed, like `utils.random_seed(seed, rank)`), a launcher
 or trainer given `seed=` (`colossalai.launch_from_torch(..., seed=s)`; not a sampler or
-generator, which seed only themselves), building an HF/TRL `Trainer` or a subclass of one
-(it seeds from `TrainingArguments.seed`), or a helper or base-class `__init__` that does
+generator, which seed only themselves), ColossalAI's launchers (`launch_from_torch()` and
+the others seed every generator with their default `seed=1024` unless given `seed=None`),
+Lightning's `LightningCLI` (unless `seed_everything_default=False`), building an HF/TRL
+`Trainer` or a subclass of one (it seeds from `TrainingArguments.seed`), or a helper or base-class `__init__` that does
 any of these — in the file or in another file of the project (followed through calls; a
 class whose methods train counts as built). `torch.use_deterministic_algorithms` and cuDNN
 flags do not seed anything.
