@@ -5,7 +5,8 @@ import ast
 
 import pytest
 
-from fixture_format import FIXTURES, expectations, expected_columns, rule_fixtures
+from fixture_format import (FIXTURES, expectations, expected_columns, expected_severities,
+                            rule_fixtures)
 from flake8_torch_preflight.plugin import TorchPreflightChecker
 
 CASES = rule_fixtures()
@@ -37,6 +38,10 @@ def test_fixture(path):
     wrong = {key: (col, columns[key]) for key, col in expected_columns(source).items()
              if col is not None and columns.get(key) != col}
     assert not wrong, f"pinned column != reported column: {wrong}"
+    levels = {(line, message.split()[0]): message.split()[1].strip("[]") for line, _, message in found}
+    wrong = {key: (severity, levels.get(key)) for key, severity in expected_severities(source).items()
+             if levels.get(key) != severity}
+    assert not wrong, f"expected severity != reported severity: {wrong}"
 
 
 def test_every_rule_has_enough_cases():

@@ -76,7 +76,7 @@ reported as a warning, though it may live only for one step.
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterator, Set
+from typing import Dict, Iterator, NamedTuple, Optional, Set
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import torchapi as api
@@ -172,10 +172,13 @@ class RetainedGraph(Rule):
                 f"`{store.target}` keeps the autograd graph of every iteration alive",
                 f"{chain}; {where}; no backward frees it, so activations pile up until OOM",
                 fix, ERROR, plan=plan, no_autofix=unsafe)
+        line, proven = freeing
+        frees = "frees activations" if proven else \
+            "(of a value made by a call the analysis cannot see into) may free activations"
         return self.finding(
             store.site,
             f"`{store.target}` keeps each iteration's autograd graph nodes alive",
-            f"{chain}; {where}; backward at line {freeing} frees activations but the stored "
+            f"{chain}; {where}; backward at line {line} {frees} but the stored "
             f"value still references its graph",
             fix, WARNING, plan=plan, no_autofix=unsafe)
 
@@ -347,32 +350,51 @@ def _arguments(facts: FunctionFacts, call):
 
 
 def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: Store):
-    """Line of a backward in the same iteration that runs through the stored graph, if any."""
-    by_graph, any_graph, helper = _backwards_of_loop(analysis, facts, store.site.loops[-1])
-    lines = [by_graph[g] for g in store.value.graphs if g in by_graph]
-    if any_graph is not None and store.value.graphs:
-        lines.append(any_graph)
-    if store.value.graphs is V.ANY_GRAPH and by_graph:
-        lines.append(min(by_graph.values()))
+    """(line, proven) of a backward in the same iteration that runs through the stored graph,
+    if any. `proven` is False for a backward of a value made by a call the analysis cannot
+    see into (`model.loss(scores, y).backward()`): it may run through the stored graph, so
+    "no backward frees it" is not proven either."""
+    backwards = _backwards_of_loop(analysis, facts, store.site.loops[-1])
+    lines = [backwards.by_graph[g] for g in store.value.graphs if g in backwards.by_graph]
+    if backwards.any_graph is not None and store.value.graphs:
+        lines.append(backwards.any_graph)
+    if store.value.graphs is V.ANY_GRAPH and backwards.by_graph:
+        lines.append(min(backwards.by_graph.values()))
     if lines:
-        return min(lines)
-    return helper
+        return min(lines), True
+    if backwards.helper is not None:
+        return backwards.helper, True
+    if backwards.opaque is not None:
+        return backwards.opaque, False
+    return None
+
+
+class _LoopBackwards(NamedTuple):
+    by_graph: Dict[int, int]   # graph line -> first backward through it
+    any_graph: Optional[int]   # first backward of a saturated graph set
+    helper: Optional[int]      # first call of a helper that runs a backward
+    opaque: Optional[int]      # first backward of a value of unknown provenance
 
 
 @per_file("tpf001_loop_backwards")
-def _backwards_of_loop(analysis: FileAnalysis, facts: FunctionFacts, loop):
-    """For one loop, indexed once (a long loop body must not cost a scan per store): graph
-    line -> first backward through it, the first backward of a saturated graph set, and the
-    first call of a helper that runs a backward."""
+def _backwards_of_loop(analysis: FileAnalysis, facts: FunctionFacts, loop) -> _LoopBackwards:
+    """For one loop, indexed once (a long loop body must not cost a scan per store)."""
     by_graph: Dict[int, int] = {}
-    any_graph = None
+    any_graph = opaque = None
     for backward in analysis.in_loop(facts, "backwards", loop):
         line = backward.site.line
         if backward.value.graphs is V.ANY_GRAPH:
             any_graph = line if any_graph is None else min(any_graph, line)
             continue
+        if _unknown_provenance(backward.value):
+            opaque = line if opaque is None else min(opaque, line)
         for graph in backward.value.graphs:
             by_graph[graph] = min(by_graph.get(graph, line), line)
     helper = next((call.site.line for call in analysis.in_loop(facts, "local_calls", loop)
                    if analysis.function_does(call.callee, Does.BACKWARD)), None)
-    return by_graph, any_graph, helper
+    return _LoopBackwards(by_graph, any_graph, helper, opaque)
+
+
+def _unknown_provenance(value) -> bool:
+    """Nothing is known of the value (the result of a call the analysis cannot see into)."""
+    return not value.graphs and not value.grad and not value.tags and value.origin is None

@@ -15,8 +15,9 @@ such a model.
 the outputs are squeezed into `[0, 1]`, the loss cannot go below about `log(C) - 1`, and the
 gradients shrink by orders of magnitude, so training stalls with no error. `nll_loss`
 expects log-probabilities; fed probabilities, it maximises a linear function of them and the
-"loss" goes negative. (`log_softmax` before `cross_entropy` computes the same value as
-logits would, but says the author expected `nll_loss`: keep one normalisation.)
+"loss" goes negative. `log_softmax` before `cross_entropy` is reported as a **note**: it
+computes the same loss and gradients as the logits would (log-softmax is idempotent), so it
+only costs a second normalisation and says the author expected `nll_loss`.
 
 ## Example
 ```python
@@ -61,7 +62,7 @@ from ..analysis import FileAnalysis
 from ..analysis import losses as L
 from ..analysis import values as V
 from ..analysis.astutil import short
-from ..findings import ERROR, Finding, FixPlan
+from ..findings import ERROR, NOTE, Finding, FixPlan
 from .base import Rule
 
 
@@ -105,16 +106,22 @@ class SoftmaxBeforeCrossEntropy(Rule):
                 fix = f"unwrap `{short(producer.node)}` to `F.log_softmax(...)` on the same logits"
             return self.finding(loss.call.site, what, evidence, fix)
         what = f"`{loss.spelled}` gets {word} output, but it applies log-softmax itself"
+        # log_softmax is idempotent: the loss and its gradients are those of the logits, so
+        # the second normalisation is redundant work, not a wrong loss (a note).
+        severity = ERROR if tag == V.SOFTMAX else NOTE
         consequence = ("the probabilities are normalised twice and the gradients shrink, so "
                        "training stalls" if tag == V.SOFTMAX else
-                       "the normalisation runs twice; `log_softmax` output belongs in "
-                       "`nn.NLLLoss`")
+                       "log-softmax of log-softmax output changes nothing, so the loss and "
+                       "gradients are right and the normalisation runs twice for nothing "
+                       "(`log_softmax` output belongs in `nn.NLLLoss`)")
         evidence = f"{subject} is {source}; `{loss.spelled}`{made}: {consequence}"
         inner = L.unwrapped_activation(analysis, facts, loss.input_node)
         if inner is not None:
             fix = f"unwrap `{short(loss.input_node)}`: pass the logits `{short(inner)}` directly"
             plan = FixPlan("unwrap", loss.input_node, replacement=inner)
-            return self.finding(loss.call.site, what, evidence, fix, plan=plan)
+            return self.finding(loss.call.site, what, evidence, fix, severity, plan=plan)
         fix = (f"pass the logits (the output before the {word}) to `{loss.spelled}` and "
                f"apply {word} only for predictions/metrics")
-        return self.finding(loss.call.site, what, evidence, fix)
+        if tag == V.LOG_SOFTMAX:
+            fix += ", or keep the log-softmax and use `nn.NLLLoss`"
+        return self.finding(loss.call.site, what, evidence, fix, severity)
