@@ -123,23 +123,107 @@ _TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset",
                               "torch.utils.data.dataset.TensorDataset"})
 
 
+# A loader over indices (`DataLoader(range(n))`, `DataLoader(mask.nonzero().view(-1))`)
+# yields index batches: there is nothing per item for a worker to do.
+_INDEX_MAKERS = frozenset({"range", "torch.arange", "torch.randperm", "numpy.arange",
+                           "numpy.random.permutation"})
+_INDEX_METHODS = frozenset({"nonzero", "argwhere", "arange", "randperm"})
+# What a `__getitem__` that only slices stored tensors may call on a slice (casts, views).
+_CHEAP_ITEM_METHODS = frozenset({"float", "long", "int", "half", "double", "bool", "view",
+                                 "reshape", "squeeze", "unsqueeze", "flatten", "contiguous"})
+
+
 def in_memory_dataset(analysis, facts: FunctionFacts, loader: CallSite) -> Optional[int]:
-    """Line of the `TensorDataset(...)` a `DataLoader(...)` call iterates (passed directly,
-    or through a name or `self.` attribute bound to one), or None. Its items are slices of
-    tensors already in memory: no per-item host work for loader workers to hide."""
+    """Line of the in-memory dataset a `DataLoader(...)` call iterates, or None: a
+    `TensorDataset(...)`, an index range or index tensor, or a dataset class of the file whose
+    `__getitem__` only slices tensors it stores (passed directly, or through a name or
+    `self.` attribute bound to one). Its items are already in memory: no per-item host work
+    for loader workers to hide."""
     node = loader.node
     arg = keyword(node, "dataset")
     if arg is None and node.args:
         arg = node.args[0]
-    if arg is None:
-        return None
+    collate = keyword(node, "collate_fn")
+    if arg is None or collate is not None and not (isinstance(collate, ast.Constant)
+                                                   and collate.value is None):
+        return None   # a collate function does its work per batch (node2vec's random walks)
     if isinstance(arg, ast.Call):
-        return arg.lineno if analysis.imports.qualname(arg.func) in _TENSOR_DATASETS else None
+        return arg.lineno if _in_memory_expr(analysis, arg, {}) else None
     text = dotted(arg)
     if text is None:
         return None
     bound = _tensor_dataset_bindings(analysis)
-    return bound.get((id(facts), text)) or (bound.get((None, text)) if "." in text else None)
+    found = bound.get((id(facts), text)) or (bound.get((None, text)) if "." in text else None)
+    if found is None and isinstance(arg, ast.Name):
+        found = _in_memory_names(analysis, facts).get(arg.id)
+    return found
+
+
+def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
+    """`TensorDataset(...)`, `range(n)`, `mask.nonzero().view(-1)`, `idx.split(k)[rank]` of
+    an index name, `SliceDataset(x, y)` of a class that only slices what it stores."""
+    if isinstance(expr, ast.Call):
+        qual = analysis.imports.qualname(expr.func) or (
+            expr.func.id if isinstance(expr.func, ast.Name) else None)
+        if qual in _TENSOR_DATASETS or qual in _INDEX_MAKERS:
+            return True
+        if isinstance(expr.func, ast.Name) and expr.func.id in analysis.index.classes:
+            return _slicing_dataset(analysis.index.classes[expr.func.id])
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _INDEX_METHODS:
+            return True
+    root = expr
+    while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    return isinstance(root, ast.Name) and root.id in names and root is not expr
+
+
+@per_file("in_memory_names", key_args=1)
+def _in_memory_names(analysis, facts: FunctionFacts) -> Dict[str, int]:
+    """name -> line, for the names of one function (or the module) bound, in source order,
+    only to in-memory datasets or index tensors."""
+    scope = facts.func.node if facts.func is not None else analysis.tree
+    names: Dict[str, int] = {}
+    spoiled: Set[str] = set()
+    for stmt in ast.walk(scope):
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 \
+                or not isinstance(stmt.targets[0], ast.Name):
+            continue
+        name = stmt.targets[0].id
+        if _in_memory_expr(analysis, stmt.value, names):
+            names.setdefault(name, stmt.lineno)
+        else:
+            spoiled.add(name)
+    return {name: line for name, line in names.items() if name not in spoiled}
+
+
+def _slicing_dataset(cls) -> bool:
+    """A dataset class whose `__getitem__` only indexes attributes of `self` (and casts or
+    reshapes the slices): no file reads, no transforms."""
+    getitem = cls.methods.get("__getitem__")
+    if getitem is None:
+        return False
+    body = getitem.node
+    for node in ast.walk(body):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if not (isinstance(func, ast.Attribute) and func.attr in _CHEAP_ITEM_METHODS):
+                return False
+        elif isinstance(node, (ast.With, ast.For, ast.While, ast.Try, ast.Lambda)):
+            return False
+    subscripts = [n for n in ast.walk(body) if isinstance(n, ast.Subscript)]
+    return bool(subscripts) and all(_on_self_attr(n.value) for n in subscripts
+                                    if isinstance(n.ctx, ast.Load) and _reads_stored(n))
+
+
+def _reads_stored(node: ast.Subscript) -> bool:
+    return not isinstance(node.value, ast.Subscript)
+
+
+def _on_self_attr(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+        and node.value.id == "self"
 
 
 @per_file("tensor_datasets")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
 from .values import UNKNOWN, Value
 
@@ -35,6 +35,9 @@ class Site:
     no_grad: bool                # autograd disabled here (context, decorator, or unknown)
     accumulate: bool             # inside `accelerator.accumulate(...)` (not `no_sync()`)
     eval_mode: bool              # after `model.eval()` with no `train()` since, in this scope
+    # Names the enclosing comprehensions bind (`g` in `[g.to(dev) for g in blocks]`): there
+    # they are the comprehension's own variables, not the function's names.
+    comprehension_names: FrozenSet[str] = frozenset()
 
     @property
     def line(self) -> int:

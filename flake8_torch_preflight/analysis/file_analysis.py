@@ -53,8 +53,12 @@ class FileAnalysis:
     # ------------------------------------------------------------------ the file
     @property
     def is_test_file(self) -> bool:
-        base = os.path.basename(self.filename)
-        return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+        """A pytest file: `test_*.py`, `*_test.py`, `conftest.py`, `tests.py`, or any file
+        in a `tests` folder (not `test.py`, which in training repositories is usually the
+        evaluation script)."""
+        folder, base = os.path.split(os.path.abspath(self.filename))
+        return base.startswith("test_") or base.endswith("_test.py") or \
+            base in ("conftest.py", "tests.py") or os.path.basename(folder) == "tests"
 
     def uses_framework(self, name: str) -> bool:
         return self.imports.imports_any(*FRAMEWORK_IMPORTS[name])

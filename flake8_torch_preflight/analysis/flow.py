@@ -14,7 +14,7 @@ functions and classes of the analysed project.
 from __future__ import annotations
 
 import ast
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from . import project, semantics
 from . import values as V
@@ -61,6 +61,7 @@ class FlowAnalyzer:
         self.no_grad = bool(func and func.grad_disabled_by_decorators)
         self.accumulate = False
         self.eval_mode = False
+        self.comprehension_names: FrozenSet[str] = frozenset()
         self.unseen_call = False    # the call being evaluated has a callee we cannot see into
         self.scope = func.qualname if func else "<module>"
         self._bindings = None   # scanned on first need: loop-free code without stores never asks
@@ -81,7 +82,7 @@ class FlowAnalyzer:
 
     def site(self, node: ast.AST) -> Site:
         return Site(node, self.current_stmt or node, tuple(self.loops), tuple(self.conds),
-                    self.no_grad, self.accumulate, self.eval_mode)
+                    self.no_grad, self.accumulate, self.eval_mode, self.comprehension_names)
 
     def qualname(self, expr: ast.AST) -> Optional[str]:
         return self.a.imports.qualname(expr)
@@ -480,17 +481,18 @@ class FlowAnalyzer:
         return join_all(self.expr(v) for v in node.values).as_container()
 
     def expr_ListComp(self, node) -> Value:
-        saved = self.env
+        saved, outer_names = self.env, self.comprehension_names
         self.env = saved.branch()   # comprehension variables do not leak
         for gen in node.generators:
             self.bind(gen.target, semantics.iterated_item(self.expr(gen.iter)), node)
+            self.comprehension_names = self.comprehension_names | _bound_names(gen.target)
             for cond in gen.ifs:
                 self.expr(cond)
         if hasattr(node, "elt"):
             element = self.expr(node.elt)
         else:
             element = join(self.expr(node.key), self.expr(node.value))
-        self.env = saved
+        self.env, self.comprehension_names = saved, outer_names
         return element.as_container()
 
     expr_SetComp = expr_GeneratorExp = expr_DictComp = expr_ListComp
@@ -725,3 +727,8 @@ def _bind_arguments(func, args, kwargs, receiver) -> Dict[int, Value]:
 
 def _stored_expr(stmt: ast.AST) -> ast.AST:
     return getattr(stmt, "value", None) or stmt
+
+
+def _bound_names(target: ast.AST) -> FrozenSet[str]:
+    """The names a `for` target binds (`g`, `(i, (x, y))`)."""
+    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))

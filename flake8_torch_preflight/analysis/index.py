@@ -71,7 +71,7 @@ class FunctionInfo:
         return False
 
     def evaluation_by_name(self, is_test_file: bool) -> bool:
-        name = self.name.lower()
+        name = self.name.lower().lstrip("_")   # a private `_eval_step` is still evaluation
         if name.startswith("test_") or name == "test":
             return not is_test_file and name != "test"
         return name.startswith(_EVAL_NAME_PREFIXES) or name in ("eval", "evaluation")

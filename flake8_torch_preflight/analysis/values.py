@@ -243,9 +243,7 @@ def join(a: Value, b: Value) -> Value:
         return a
     if a is UNKNOWN:
         return b
-    elements = None
-    if a.elements is not None and b.elements is not None and len(a.elements) == len(b.elements):
-        elements = tuple(join(x, y) for x, y in zip(a.elements, b.elements))
+    elements = _joined_elements(a, b)
     activation_unsure = a.tags & ACTIVATION_TAGS != b.tags & ACTIVATION_TAGS
     return Value(
         grad=a.grad or b.grad,
@@ -264,6 +262,25 @@ def join(a: Value, b: Value) -> Value:
         fields=a.fields or b.fields,
         activation=a.activation or b.activation,
     )
+
+
+def _joined_elements(a: Value, b: Value) -> Optional[Tuple[Value, ...]]:
+    """Per-position elements of a join, for unpacking. `return loss, auc` on one branch and
+    `return loss` on the other: a scalar loss cannot be unpacked, so a caller that unpacks
+    the result gets the tuple's elements (the float `auc` stays a float)."""
+    if a.elements is not None and b.elements is not None:
+        if len(a.elements) == len(b.elements):
+            return tuple(join(x, y) for x, y in zip(a.elements, b.elements))
+        return None
+    if a.elements is not None and _scalar_loss(b):
+        return a.elements
+    if b.elements is not None and _scalar_loss(a):
+        return b.elements
+    return None
+
+
+def _scalar_loss(value: Value) -> bool:
+    return value.has(LOSS) and not value.has(CONTAINER)
 
 
 def join_all(values: Iterable[Value]) -> Value:

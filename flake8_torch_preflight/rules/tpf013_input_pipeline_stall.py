@@ -8,8 +8,10 @@
   constant batch).
 - **note**: in a file that targets CUDA, a training `DataLoader` (iterated by a training
   loop, returned by Lightning's `train_dataloader`, or built with `shuffle=True`) with
-  `num_workers` absent or `0` (unless it iterates a `TensorDataset`, whose items are
-  slices of tensors already in memory), or with no `pin_memory=True` while the loop copies
+  `num_workers` absent or `0` (unless it iterates data already in memory and has no
+  `collate_fn`: a `TensorDataset`, an index range or index tensor such as `range(n)` or
+  `mask.nonzero().view(-1)`, or a dataset class of the file whose `__getitem__` only slices
+  the tensors it stores), or with no `pin_memory=True` while the loop copies
   batches with `.to(..., non_blocking=True)` (a batch: a name the loop binds, or a
   parameter of a per-step helper; not a module or an EMA copy moved between steps).
 
@@ -53,8 +55,10 @@ whose name says validation; the note needs a host-to-device copy in training cod
 one the data already lives on the GPU, where loader workers cannot be used). A loader passed
 into the training function is followed one call level up; loaders built by other packages
 (HF `Trainer`, `accelerator.prepare` of a loader built elsewhere) are not checked.
-`num_workers` set from a variable is trusted. A `TensorDataset` is recognised when passed
-directly or through a name (or `self.` attribute) assigned from one.
+`num_workers` set from a variable is trusted. An in-memory dataset is recognised when passed
+directly or through a name of the same function (or a `self.` attribute for a
+`TensorDataset`) assigned only from one; an index tensor passed in as a parameter is not.
+Names bound by a comprehension (`[g.to(dev) for g in blocks]`) are the comprehension's own.
 """
 from __future__ import annotations
 
@@ -130,6 +134,8 @@ class InputPipelineStall(Rule):
                    site) -> Optional[str]:
         """Why `text` is the same object in every iteration of the loops `inner`, or None."""
         head = text.split(".", 1)[0]
+        if head in site.comprehension_names:
+            return None   # `[g.to(dev) for g in blocks]`: a different object per element
         if not module and head != "self" and head not in facts.env:
             return None
         stmt = site.stmt
