@@ -27,8 +27,12 @@ from typing import FrozenSet, List, Optional, Tuple
 
 from . import torchapi as api
 from . import values as V
-from .astutil import dotted, keyword, short
+from .amp import SCALE
+from .astutil import dotted, keyword, short, target_texts
 from .events import Backward, Cond, FunctionFacts, LocalCall, Site
+from .memo import per_file
+from .optimizers import call_at
+from .questions import Does
 
 _ACCUM_NAME = re.compile(r"accum|micro_?batch|microbatch|num_micro", re.IGNORECASE)
 # A flag that says "this micro-step ends the window" (or "we are still accumulating").
@@ -39,9 +43,12 @@ _FLAG = re.compile(
 # A counter compared with the accumulation count (`if micro_steps == accum:`).
 _COUNT = re.compile(r"accum|micro|count|since|pending|seen|n_?acc|num_?batch|nb_?batch",
                     re.IGNORECASE)
-# What a micro-batch loop iterates: slices of one batch.
-_CHUNK_METHODS = frozenset({"chunk", "split", "tensor_split", "unbind"})
-_CHUNK_FUNCS = frozenset({"torch.chunk", "torch.split", "torch.tensor_split", "torch.unbind"})
+# What a micro-batch loop iterates: slices of one batch. Each slicing call -> the position
+# of its argument that is the number of slices (`x.chunk(4)`, `torch.chunk(x, k)`), or None
+# where it is a slice size or absent (`x.split(n)`, `x.unbind()`).
+_CHUNK_METHODS = {"chunk": 0, "split": None, "tensor_split": None, "unbind": None}
+_CHUNK_FUNCS = {"torch.chunk": 1, "torch.split": None, "torch.tensor_split": None,
+                "torch.unbind": None}
 _CHUNK_NAME = re.compile(r"micro|chunk|sub_?batch", re.IGNORECASE)
 
 COUNTER = "counter"          # if (i + 1) % k == 0
@@ -85,8 +92,10 @@ class Gate:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Window:
+    """One per loop, made once per file by `windows()`: compared and memoised by identity."""
+
     facts: FunctionFacts
     loop: ast.AST                     # one iteration of it is one micro-step
     steps: Tuple[Site, ...]           # the step(s) that end the window (or calls of helpers that step)
@@ -107,24 +116,22 @@ class Window:
 
     @property
     def first_backward_line(self) -> int:
-        return min(_site(b).line for b in self.backwards)
+        return min(b.site.line for b in self.backwards)
 
 
+@per_file("accumulation")
 def windows(analysis) -> List[Window]:
     """Every accumulation window of the file (see the module docstring), source order."""
-    memo = analysis.memo("accumulation")
-    if "windows" not in memo:
-        found: List[Window] = []
-        for facts in analysis.all_facts():
-            if analysis.framework_owned(facts.func):
-                continue
-            for loop in facts.loops:
-                window = _gated_window(analysis, facts, loop) or _micro_loop_window(
-                    analysis, facts, loop)
-                if window is not None:
-                    found.append(window)
-        memo["windows"] = found
-    return memo["windows"]
+    found: List[Window] = []
+    for facts in analysis.all_facts():
+        if analysis.framework_owned(facts.func):
+            continue
+        for loop in facts.loops:
+            window = _gated_window(analysis, facts, loop) or _micro_loop_window(
+                analysis, facts, loop)
+            if window is not None:
+                found.append(window)
+    return found
 
 
 def every_micro_step(analysis, window: Window, site: Site, unconditional: bool = False) -> bool:
@@ -143,7 +150,7 @@ def every_micro_step(analysis, window: Window, site: Site, unconditional: bool =
 
 # ---------------------------------------------------------------------------- gated steps
 def _gated_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Window]:
-    steps = _step_sites(analysis, facts, loop)
+    steps = analysis.loop_sites(facts, loop, Does.STEP)
     if not steps:
         return None
     varying = _varying(analysis, facts, loop)
@@ -172,7 +179,7 @@ def _every_iteration_backwards(analysis, facts, loop, varying) -> List[object]:
     for the accumulating micro-steps, a plain backward at the boundary)."""
     plain, sides = [], {}
     for record in _backward_records(analysis, facts, loop):
-        site = _site(record)
+        site = record.site
         if site.loops[-1] is not loop:
             continue
         conds = _conds(analysis, facts, loop, site)
@@ -190,15 +197,15 @@ def _every_iteration_backwards(analysis, facts, loop, varying) -> List[object]:
 # ---------------------------------------------------------------------------- micro-batch loops
 def _micro_loop_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Window]:
     count = _micro_batch_count(analysis, facts, loop)
-    if count is None or analysis.loop_does(facts, loop, "step"):
+    if count is None or analysis.loop_does(facts, loop, Does.STEP):
         return None
     varying = _varying(analysis, facts, loop)
     backwards = [r for r in _backward_records(analysis, facts, loop)
-                 if _site(r).loops[-1] is loop
-                 and all(_invariant(c.test, varying) for c in _conds(analysis, facts, loop, _site(r)))]
+                 if r.site.loops[-1] is loop
+                 and all(_invariant(c.test, varying) for c in _conds(analysis, facts, loop, r.site))]
     if not backwards:
         return None
-    outer = _site(backwards[0]).loops[:-1]
+    outer = backwards[0].site.loops[:-1]
     end = getattr(loop, "end_lineno", loop.lineno)
     steps = [s for s in _all_step_sites(analysis, facts) if s.loops == outer and s.line > end]
     if not steps:
@@ -236,10 +243,17 @@ def _chunk_count(analysis, call: ast.Call) -> Optional[str]:
     func = call.func
     qual = analysis.imports.qualname(func)
     if qual in _CHUNK_FUNCS:
-        return short(call.args[1], 30) if qual == "torch.chunk" and len(call.args) > 1 else ""
+        return _count_argument(call, _CHUNK_FUNCS[qual])
     if qual is None and isinstance(func, ast.Attribute) and func.attr in _CHUNK_METHODS:
-        return short(call.args[0], 30) if func.attr == "chunk" and call.args else ""
+        return _count_argument(call, _CHUNK_METHODS[func.attr])
     return None
+
+
+def _count_argument(call: ast.Call, position: Optional[int]) -> str:
+    """The slice count written at `position` of a slicing call, or "" when it is not written."""
+    if position is None or len(call.args) <= position:
+        return ""
+    return short(call.args[position], 30)
 
 
 # ---------------------------------------------------------------------------- early continue
@@ -254,21 +268,19 @@ def _conds(analysis, facts: FunctionFacts, loop: ast.AST, site: Site) -> List[Co
     return conds
 
 
+@per_file("accumulation_guards")
 def _continue_guards(analysis, facts: FunctionFacts, loop: ast.AST) -> Tuple[Tuple[ast.expr, int, bool], ...]:
     """(test, last line, counter-shaped) of each top-level `if` of the loop body whose body
     ends the iteration (`continue`) and has no `else`. Flow records no such fact (the code
     after the `if` is not under its test), so the loop's own statements are read, once."""
-    memo = analysis.memo("accumulation_guards")
-    if id(loop) not in memo:
-        guards = []
-        for stmt in getattr(loop, "body", ()):
-            if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body \
-                    and isinstance(stmt.body[-1], ast.Continue):
-                value = facts.value(stmt.test)
-                counter = value.has(V.COUNTER_COND) or value.has(V.MODULO)
-                guards.append((stmt.test, getattr(stmt, "end_lineno", stmt.lineno), counter))
-        memo[id(loop)] = tuple(guards)
-    return memo[id(loop)]
+    guards = []
+    for stmt in getattr(loop, "body", ()):
+        if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body \
+                and isinstance(stmt.body[-1], ast.Continue):
+            value = facts.value(stmt.test)
+            counter = value.has(V.COUNTER_COND) or value.has(V.MODULO)
+            guards.append((stmt.test, getattr(stmt, "end_lineno", stmt.lineno), counter))
+    return tuple(guards)
 
 
 # ---------------------------------------------------------------------------- gates
@@ -317,84 +329,73 @@ def _invariant(test: ast.expr, varying: FrozenSet[str]) -> bool:
     return True
 
 
+@per_file("accumulation_varying")
 def _varying(analysis, facts: FunctionFacts, loop: ast.AST) -> FrozenSet[str]:
     """Names and `a.b` texts that `loop` rebinds or updates, its own target included."""
-    memo = analysis.memo("accumulation_varying")
-    result = memo.get(id(loop))
-    if result is None:
-        targets = frozenset(_target_names(getattr(loop, "target", None)))
-        result = facts.loop_rebinds.get(loop, frozenset()) | facts.loop_writes.get(
-            loop, frozenset()) | targets
-        memo[id(loop)] = result
-    return result
-
-
-def _target_names(target):
-    if isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _target_names(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _target_names(target.value)
-    elif target is not None:
-        text = dotted(target)
-        if text:
-            yield text
+    targets = frozenset(target_texts(getattr(loop, "target", None)))
+    return facts.loop_rebinds.get(loop, frozenset()) | facts.loop_writes.get(
+        loop, frozenset()) | targets
 
 
 # ---------------------------------------------------------------------------- events
-def _step_sites(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Site]:
-    return list(analysis.loop_sites(facts, loop, "step"))
-
-
+@per_file("accumulation_steps")
 def _all_step_sites(analysis, facts: FunctionFacts) -> List[Site]:
-    memo = analysis.memo("accumulation_steps")
-    if id(facts) not in memo:
-        memo[id(facts)] = [s.site for s in facts.steps] + [
-            c.site for c in facts.local_calls if analysis.function_does(c.callee, "step")]
-    return memo[id(facts)]
+    """Every step of the function, direct or through a helper, wherever it is."""
+    return Does.STEP.sites_in(facts) + [
+        c.site for c in facts.local_calls if analysis.function_does(c.callee, Does.STEP)]
 
 
 def _backward_records(analysis, facts: FunctionFacts, loop: ast.AST) -> List[object]:
     direct = list(analysis.in_loop(facts, "backwards", loop))
     helpers = [c for c in analysis.in_loop(facts, "local_calls", loop)
-               if analysis.function_does(c.callee, "backward")]
+               if analysis.function_does(c.callee, Does.BACKWARD)]
     return direct + helpers
 
 
-def _site(record) -> Site:
-    return record.site
-
-
 # ---------------------------------------------------------------------------- owners
+_DEEPSPEED = "a DeepSpeed engine"
+_ACCUMULATE = "Accelerate's `accumulate()`"
+
+
 def _gated_by(analysis, facts: FunctionFacts, loop: ast.AST, backwards) -> Optional[str]:
     """The framework that makes per-micro-step resets and steps harmless: DeepSpeed engines
     (`engine.step` acts at the boundary and zeroes there) and Accelerate's `accumulate()` (its
     prepared optimizer skips `step` / `zero_grad` until the boundary). An object whose
     `backward(loss)` we cannot read may scale the loss (TPF004 stays quiet), but it does not
     make `optimizer.zero_grad()` a no-op."""
-    if any(s.via == "engine" for s in analysis.in_loop(facts, "steps", loop)):
-        return "a DeepSpeed engine"
+    if _engine_steps(analysis, facts, loop):
+        return _DEEPSPEED
     for record in backwards:
-        if record.site.accumulate:
-            return "Accelerate's `accumulate()`"
-        if isinstance(record, Backward) and record.via == "engine":
-            return "a DeepSpeed engine"
+        gate = _framework_gate(record)
+        if gate is not None:
+            return gate
     return None
 
 
 def _owner(analysis, facts: FunctionFacts, loop: ast.AST, backwards) -> Optional[str]:
-    if any(s.via == "engine" for s in analysis.in_loop(facts, "steps", loop)):
-        return "a DeepSpeed engine"
+    """Who scales the loss of the window for the user: a framework that gates it
+    (`_gated_by`), or whoever runs a `backward(loss)` (`_backward_owner`)."""
+    if _engine_steps(analysis, facts, loop):
+        return _DEEPSPEED
     for record in backwards:
-        if record.site.accumulate:
-            return "Accelerate's `accumulate()`"
-        if isinstance(record, Backward):
-            if record.via == "engine":
-                return "a DeepSpeed engine"
-            if record.via == "accelerator":
-                owner = _backward_owner(analysis, facts, record)
-                if owner is not None:
-                    return owner
+        owner = _framework_gate(record)
+        if owner is None and isinstance(record, Backward) and record.via == "accelerator":
+            owner = _backward_owner(analysis, facts, record)
+        if owner is not None:
+            return owner
+    return None
+
+
+def _engine_steps(analysis, facts: FunctionFacts, loop: ast.AST) -> bool:
+    return any(s.via == "engine" for s in analysis.in_loop(facts, "steps", loop))
+
+
+def _framework_gate(record) -> Optional[str]:
+    """The framework a backward (or a helper call that backwards) runs under, if it gates."""
+    if record.site.accumulate:
+        return _ACCUMULATE
+    if isinstance(record, Backward) and record.via == "engine":
+        return _DEEPSPEED
     return None
 
 
@@ -408,7 +409,6 @@ def _backward_owner(analysis, facts: FunctionFacts, backward: Backward) -> Optio
     so it owns the window unless we can see its construction and it sets no count (or
     literally 1); any other object's `backward(loss)` (a ColossalAI or apex optimizer, a
     booster) is code we cannot read, which may scale: unknown, so it owns the window too."""
-    from .optimizers import call_at
     call = call_at(analysis, facts, backward.site.node)
     receiver = call.receiver if call is not None else None
     if receiver is not None and not receiver.has(V.ACCELERATOR) and _named_fabric(call.node):
@@ -425,31 +425,26 @@ def _backward_owner(analysis, facts: FunctionFacts, backward: Backward) -> Optio
     return None
 
 
+@per_file("accumulation_resets")
 def every_step_resets(analysis, window: Window) -> List[Site]:
     """Gradient resets that run on every micro-step of `window` (directly or in a helper),
     of the optimizer the window steps: each one undoes the accumulation (TPF015). When the
     loop steps several optimizers, only a reset of one of those it gates counts."""
-    memo = analysis.memo("accumulation_resets")
-    key = (id(window.facts), id(window.loop), window.gate.line)
-    if key in memo:
-        return memo[key]
     facts = window.facts
-    found = [site for site in analysis.loop_sites(facts, window.loop, "reset")
+    found = [site for site in analysis.loop_sites(facts, window.loop, Does.RESET)
              if every_micro_step(analysis, window, site, unconditional=True)
              and not _optimizer_construction(analysis, facts, site)]
     if found:
         others = {_identity(analysis, facts, s)
-                  for s in analysis.loop_sites(facts, window.loop, "step")}
+                  for s in analysis.loop_sites(facts, window.loop, Does.STEP)}
         if len(others) > 1:
             stepped = {_identity(analysis, facts, s) for s in window.steps}
             found = [site for site in found if _identity(analysis, facts, site) in stepped]
-    memo[key] = found
     return found
 
 
 def _identity(analysis, facts: FunctionFacts, site: Site):
     """Which optimizer a step or reset acts on: the node that built it, else its text."""
-    from .optimizers import call_at
     call = call_at(analysis, facts, site.node)
     if call is None or call.receiver is None:
         return None
@@ -464,7 +459,6 @@ def _identity(analysis, facts: FunctionFacts, site: Site):
 
 def _optimizer_construction(analysis, facts: FunctionFacts, site: Site) -> bool:
     """Flow counts an optimizer built in a loop as a reset (fresh state): not a reset here."""
-    from .optimizers import call_at
     call = call_at(analysis, facts, site.node)
     return call is not None and call.qualname is not None and bool(
         api.OPTIMIZER_RE.match(call.qualname) or api.OPTIMIZER_FACTORY_RE.match(call.qualname))
@@ -492,7 +486,7 @@ def backwarded_expr(record: Backward) -> Optional[ast.expr]:
         return None
     expr = node.args[0] if record.via != "tensor" and node.args else node.func.value
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
-            and expr.func.attr == "scale" and expr.args:
+            and expr.func.attr == SCALE and expr.args:
         expr = expr.args[0]
     return expr
 
@@ -576,36 +570,31 @@ def _model_output(analysis, loop, expr: ast.expr) -> bool:
     return bool(callee) and bool(api.MODEL_PARAM_RE.match(callee.rsplit(".", 1)[-1]))
 
 
+@per_file("accumulation_producers")
 def _loop_producers(analysis, loop) -> dict:
     """name -> the right-hand sides (or the `x op= …` statements) that bind it in the body of
     the window's loop: one pass over that loop's statements, memoised. Flow keeps no
     assignment facts, and the function-wide scan of `distributed.scope_of` costs far more."""
-    if loop is None:
-        return {}
-    memo = analysis.memo("accumulation_producers")
-    found = memo.get(id(loop))
-    if found is None:
-        found = {}
-        stack = [loop.body]
-        while stack:
-            for stmt in stack.pop():
-                kind = type(stmt)
-                if kind is ast.Assign:
-                    for target in stmt.targets:
-                        for name in _target_names(target):
-                            found.setdefault(name, []).append(stmt.value)
-                elif kind is ast.AugAssign:
-                    text = dotted(stmt.target)
-                    if text:
-                        found.setdefault(text, []).append(stmt)
-                elif kind in (ast.If, ast.For, ast.While, ast.AsyncFor):
-                    stack.extend([stmt.body, stmt.orelse])
-                elif kind in (ast.With, ast.AsyncWith):
-                    stack.append(stmt.body)
-                elif kind is ast.Try:
-                    stack.extend([stmt.body, stmt.orelse, stmt.finalbody]
-                                 + [h.body for h in stmt.handlers])
-        memo[id(loop)] = found
+    found: dict = {}
+    stack = [loop.body] if loop is not None else []
+    while stack:
+        for stmt in stack.pop():
+            kind = type(stmt)
+            if kind is ast.Assign:
+                for target in stmt.targets:
+                    for name in target_texts(target):
+                        found.setdefault(name, []).append(stmt.value)
+            elif kind is ast.AugAssign:
+                text = dotted(stmt.target)
+                if text:
+                    found.setdefault(text, []).append(stmt)
+            elif kind in (ast.If, ast.For, ast.While, ast.AsyncFor):
+                stack.extend([stmt.body, stmt.orelse])
+            elif kind in (ast.With, ast.AsyncWith):
+                stack.append(stmt.body)
+            elif kind is ast.Try:
+                stack.extend([stmt.body, stmt.orelse, stmt.finalbody]
+                             + [h.body for h in stmt.handlers])
     return found
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import Iterator, Optional
 
 
 def dotted(expr: ast.AST) -> Optional[str]:
@@ -15,6 +15,20 @@ def dotted(expr: ast.AST) -> Optional[str]:
         parts.append(expr.id)
         return ".".join(reversed(parts))
     return None
+
+
+def target_texts(target: Optional[ast.AST]) -> Iterator[str]:
+    """The name chains an assignment or loop target binds: `x`, `rest` and `self.best` in
+    `x, (*rest, self.best) = …`; subscripts and a missing target (a `while` loop) give none."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from target_texts(elt)
+    elif isinstance(target, ast.Starred):
+        yield from target_texts(target.value)
+    else:
+        text = dotted(target)
+        if text:
+            yield text
 
 
 def call_attr(call: ast.Call) -> Optional[str]:
