@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
 from . import values as V
+from .astutil import is_const, keyword
 from .events import CallSite, FunctionFacts, Site, Step
+from .memo import per_file
 from .optimizers import is_clip
 
 SCALE, UNSCALE, SCALER_STEP, UPDATE, CLIP = "scale", "unscale_", "step", "update", "clip"
-_SCALER_METHODS = frozenset({SCALE, UNSCALE, SCALER_STEP, UPDATE})
+# The GradScaler methods of the protocol -> whether they act only when given an argument
+# (`scale(loss)`, `unscale_(optimizer)`, `step(optimizer)`; `update()` takes none).
+_SCALER_METHODS = {SCALE: True, UNSCALE: True, SCALER_STEP: True, UPDATE: False}
 
 
 @dataclass(frozen=True)
@@ -54,35 +58,32 @@ class ScaledLoop:
         return f"`{func.name}()`" if func is not None else "the module body"
 
 
+@per_file("amp")
 def scaled_loops(analysis) -> List[ScaledLoop]:
     """Every loop (outside Lightning / HF Trainer code) that scales a loss; memoised. Only
     loops around a `scaler.scale` call, or around a call of a helper that makes one, are
     looked at: in most files there is none, and nothing more is done."""
-    memo = analysis.memo("amp")
-    if "loops" not in memo:
-        direct = {id(facts): [c.site for c in facts.calls if c.method == SCALE and _is_scale(c)]
-                  for facts in analysis.all_facts()}
-        found = []
-        if not any(direct.values()):
-            memo["loops"] = found      # no loss is scaled anywhere in the file
-            return found
-        scaling = _scaling_functions(analysis, direct)
-        for facts in analysis.all_facts():
-            if analysis.framework_owned(facts.func):
-                continue
-            sites = list(direct[id(facts)])
-            if scaling:
-                sites += [local.site for local in facts.local_calls if local.callee in scaling]
-            loops = {loop for site in sites for loop in site.loops}
-            regions = [loop for loop in facts.loops if loop in loops]
-            if any(not site.loops for site in sites):
-                regions.append(None)     # the step function's own body
-            for loop in regions:
-                scaled = _scaled_loop(analysis, facts, loop)
-                if scaled is not None:
-                    found.append(scaled)
-        memo["loops"] = found
-    return memo["loops"]
+    direct = {facts: [c.site for c in facts.calls if _is_scale(c)]
+              for facts in analysis.all_facts()}
+    found: List[ScaledLoop] = []
+    if not any(direct.values()):
+        return found      # no loss is scaled anywhere in the file
+    scaling = _scaling_functions(analysis, direct)
+    for facts in analysis.all_facts():
+        if analysis.framework_owned(facts.func):
+            continue
+        sites = list(direct[facts])
+        if scaling:
+            sites += [local.site for local in facts.local_calls if local.callee in scaling]
+        loops = {loop for site in sites for loop in site.loops}
+        regions = [loop for loop in facts.loops if loop in loops]
+        if any(not site.loops for site in sites):
+            regions.append(None)     # the step function's own body
+        for loop in regions:
+            scaled = _scaled_loop(analysis, facts, loop)
+            if scaled is not None:
+                found.append(scaled)
+    return found
 
 
 def _is_scale(call: CallSite) -> bool:
@@ -91,7 +92,7 @@ def _is_scale(call: CallSite) -> bool:
 
 def _scaling_functions(analysis, direct) -> frozenset:
     """File-local functions that call `scaler.scale`, or call one that does."""
-    starts = [f for f in analysis.index.functions if direct.get(id(analysis.facts_for(f)))]
+    starts = [f for f in analysis.index.functions if direct.get(analysis.facts_for(f))]
     found, todo = set(starts), list(starts)
     while todo:
         for caller_facts, _ in analysis.callers(todo.pop()):
@@ -136,21 +137,22 @@ def _scaled_loop(analysis, facts: FunctionFacts, loop: Optional[ast.AST]) -> Opt
 
 def opaque(analysis, scaled: ScaledLoop) -> bool:
     """A call in the loop that we cannot follow receives the scaler (it may unscale or step)."""
-    memo = analysis.memo("amp_opaque")
-    key = (id(scaled.facts), id(scaled.loop))
-    if key not in memo:
-        memo[key] = any(_passes_scaler_away(analysis, c)
-                        for c in _in_region(analysis, scaled.facts, "calls", scaled.loop))
-    return memo[key]
+    return _scaler_passed_away(analysis, scaled.facts, scaled.loop)
+
+
+@per_file("amp_opaque")
+def _scaler_passed_away(analysis, facts: FunctionFacts, loop: Optional[ast.AST]) -> bool:
+    return any(_passes_scaler_away(c) for c in _in_region(analysis, facts, "calls", loop))
 
 
 def _scaler_event(call: CallSite) -> Optional[str]:
     recv = call.receiver
-    if call.method in _SCALER_METHODS and recv is not None and recv.has(V.SCALER):
-        if call.method in (SCALE, UNSCALE, SCALER_STEP) and not call.args:
-            return None
-        return call.method
-    return None
+    needs_argument = _SCALER_METHODS.get(call.method)
+    if needs_argument is None or recv is None or not recv.has(V.SCALER):
+        return None
+    if needs_argument and not call.args:
+        return None
+    return call.method
 
 
 def _enabled(scaler: Optional[V.Value]) -> bool:
@@ -158,13 +160,10 @@ def _enabled(scaler: Optional[V.Value]) -> bool:
     node = scaler.node if scaler is not None else None
     if not isinstance(node, ast.Call):
         return True
-    for kw in node.keywords:
-        if kw.arg == "enabled":
-            return not (isinstance(kw.value, ast.Constant) and kw.value.value is False)
-    return True
+    return not is_const(keyword(node, "enabled"), False)
 
 
-def _passes_scaler_away(analysis, call: CallSite) -> bool:
+def _passes_scaler_away(call: CallSite) -> bool:
     """A call we cannot follow (another package, an unknown object) that receives the scaler:
     it may unscale or step for us."""
     if call.qualname is not None and call.qualname.startswith("torch."):
@@ -174,14 +173,12 @@ def _passes_scaler_away(analysis, call: CallSite) -> bool:
     return any(a.has(V.SCALER) for a in call.args)
 
 
+@per_file("amp_helpers", guard=frozenset(), key_args=1)
 def _helper_events(analysis, func, depth: int = 0) -> FrozenSet[Tuple[str, Optional[ast.AST]]]:
     """What a file-local helper does with the scaler or the gradients, in order-free form:
     (event, node) pairs; a clip inside a helper that unscales first is no clip on scaled
-    gradients, so only clips not preceded by an unscale_ in the helper are kept."""
-    memo = analysis.memo("amp_helpers")
-    if func in memo:
-        return memo[func]
-    memo[func] = frozenset()   # recursion guard
+    gradients, so only clips not preceded by an unscale_ in the helper are kept. Helpers
+    that call each other get nothing back from a call being computed (the memo's guard)."""
     facts = analysis.facts_for(func)
     events = []
     unscaled_at = None
@@ -196,6 +193,4 @@ def _helper_events(analysis, func, depth: int = 0) -> FrozenSet[Tuple[str, Optio
     if depth < 3:
         for local in facts.local_calls:
             events.extend(_helper_events(analysis, local.callee, depth + 1))
-    result = frozenset(events)
-    memo[func] = result
-    return result
+    return frozenset(events)

@@ -17,6 +17,7 @@ from . import values as V
 from .astutil import keyword
 from .epochs import resolve_values
 from .events import FunctionFacts, Site
+from .memo import per_file
 
 SGD_LIKE = "sgd"            # update = lr * g (+ momentum): a k x gradient is a k x step
 SCALE_INVARIANT = "adaptive"  # update ~ m / sqrt(v) (or sign(g)): the gradient's scale cancels
@@ -56,18 +57,13 @@ class OptimizerKind:
 UNKNOWN = OptimizerKind(UNKNOWN_FAMILY, None, None)
 
 
+@per_file("stepped_optimizer")
 def stepped_optimizer(analysis, facts: FunctionFacts, site: Site) -> OptimizerKind:
     """The optimizer that the step call at `site` updates (`opt.step()`, `scaler.step(opt)`),
     followed through the function's callers when it is a parameter; UNKNOWN when we cannot
     tell or when different optimizers may arrive there."""
-    memo = analysis.memo("stepped_optimizer")
-    key = id(site.node)
-    if key in memo:
-        return memo[key]
     kinds = {_kind_of(analysis, value) for value in _stepped_values(analysis, facts, site)}
-    result = kinds.pop() if len(kinds) == 1 else UNKNOWN
-    memo[key] = result
-    return result
+    return kinds.pop() if len(kinds) == 1 else UNKNOWN
 
 
 def _stepped_values(analysis, facts: FunctionFacts, site: Site) -> List[V.Value]:
@@ -83,12 +79,12 @@ def _stepped_values(analysis, facts: FunctionFacts, site: Site) -> List[V.Value]
 
 def call_at(analysis, facts: FunctionFacts, node: ast.AST):
     """The `CallSite` flow recorded for the call `node` of `facts` (indexed once per function)."""
-    memo = analysis.memo("calls_by_node")
-    index = memo.get(id(facts))
-    if index is None:
-        index = {id(c.node): c for c in facts.calls}
-        memo[id(facts)] = index
-    return index.get(id(node))
+    return _calls_by_node(analysis, facts).get(node)
+
+
+@per_file("calls_by_node")
+def _calls_by_node(analysis, facts: FunctionFacts) -> dict:
+    return {c.node: c for c in facts.calls}
 
 
 def _kind_of(analysis, value: V.Value) -> OptimizerKind:
