@@ -17,9 +17,12 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from . import torchapi as api
 from . import values as V
+from .amp import exclusive
 from .astutil import dotted, keyword
 from .distributed import scope_of
+from .epochs import argument_for
 from .events import CallSite, FunctionFacts, Site
+from .memo import per_file
 
 FSDP1 = "FullyShardedDataParallel"
 FSDP2 = "fully_shard"
@@ -53,23 +56,23 @@ class EarlyOptimizer:
     wrap: Wrap
 
 
+@per_file("sharding_order")
 def early_optimizers(analysis) -> List[EarlyOptimizer]:
-    memo = analysis.memo("sharding_order")
-    if "all" not in memo:
-        found = []
-        if analysis.imports.imports_any(*_SHARDING_MODULES):
-            for facts in analysis.all_facts():
-                wraps = _wraps(analysis, facts)
-                if not wraps:
-                    continue
-                constructions = _optimizer_constructions(analysis, facts)
-                for call, models in constructions:
-                    wrap = _later_wrap(call, models, wraps)
-                    if wrap is None or _rebuilt_after(constructions, wrap):
-                        continue
-                    found.append(EarlyOptimizer(facts, call, _root_of(models, wrap), wrap))
-        memo["all"] = found
-    return memo["all"]
+    """Every optimizer of the file built before a later wrap shards its model."""
+    found: List[EarlyOptimizer] = []
+    if not analysis.imports.imports_any(*_SHARDING_MODULES):
+        return found
+    for facts in analysis.all_facts():
+        wraps = _wraps(analysis, facts)
+        if not wraps:
+            continue
+        constructions = _optimizer_constructions(analysis, facts)
+        for call, models in constructions:
+            wrap = _later_wrap(call, models, wraps)
+            if wrap is None or _rebuilt_after(constructions, wrap):
+                continue
+            found.append(EarlyOptimizer(facts, call, _root_of(models, wrap), wrap))
+    return found
 
 
 # A file can only shard (itself or in its helpers) with what it imports from these.
@@ -135,7 +138,7 @@ def _wraps(analysis, facts: FunctionFacts) -> List[Wrap]:
                 out.append(Wrap(call.site, known[0], text, None))
     for local in facts.local_calls:
         for index, family in _helper_wraps(analysis, local.callee):
-            expr = _argument(local.callee, local.node, index)
+            expr = argument_for(local.callee, local.node, index)
             text = dotted(expr) if expr is not None else None
             if text:
                 out.append(Wrap(local.site, family, text, local.callee.name))
@@ -147,12 +150,9 @@ def _wrapped_text(node: ast.Call) -> Optional[str]:
     return dotted(expr) if expr is not None else None
 
 
+@per_file("sharding_helpers", guard=[])
 def _helper_wraps(analysis, func) -> List[Tuple[int, str]]:
     """(parameter index, family) for each parameter the file-local helper shards."""
-    memo = analysis.memo("sharding_helpers")
-    if func in memo:
-        return memo[func]
-    memo[func] = []
     facts = analysis.facts_for(func)
     out = []
     for call in facts.calls:
@@ -163,12 +163,10 @@ def _helper_wraps(analysis, func) -> List[Tuple[int, str]]:
         if _keeps_parameters(call.node, keep):
             continue
         out.extend((index, family) for index in sorted(call.args[0].params))
-    memo[func] = out
     return out
 
 
 def _later_wrap(call: CallSite, models: Set[str], wraps: List[Wrap]) -> Optional[Wrap]:
-    from .amp import exclusive
     for wrap in sorted(wraps, key=lambda w: w.site.line):
         if wrap.site.line <= call.site.line or exclusive(wrap.site, call.site):
             continue
@@ -190,17 +188,12 @@ def _root_of(models: Set[str], wrap: Wrap) -> str:
 # ---------------------------------------------------------------------------- utilities
 def _local_callee(analysis, facts: FunctionFacts, call: CallSite):
     """The file-local function `call` runs, if any (indexed once per function)."""
-    memo = analysis.memo("sharding_callees")
-    index = memo.get(id(facts))
-    if index is None:
-        index = {id(local.node): local.callee for local in facts.local_calls}
-        memo[id(facts)] = index
-    return index.get(id(call.node))
+    return _local_callees(analysis, facts).get(call.node)
 
 
-def _argument(func, node: ast.Call, index: int) -> Optional[ast.expr]:
-    from .epochs import argument_for
-    return argument_for(func, node, index)
+@per_file("sharding_callees")
+def _local_callees(analysis, facts: FunctionFacts) -> dict:
+    return {local.node: local.callee for local in facts.local_calls}
 
 
 def _arg_texts(node: ast.Call) -> List[Optional[str]]:
