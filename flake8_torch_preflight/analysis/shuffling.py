@@ -29,11 +29,13 @@ from typing import Dict, List, Optional
 
 from . import values as V
 from .astutil import dotted, is_const, keyword, short
-from .distributed import (ddp_wraps, evaluation_loader, loader_constructions, scope_of,
-                          sharding_reason)
+from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions,
+                          scope_of, sharding_reason)
 from .epochs import argument_for, iterated_loaders
 from .events import CallSite, FunctionFacts
 from .index import VAL_LOADER_RE
+from .memo import per_file
+from .project import is_project_name, resolve_class
 
 # Map-style datasets of torch and torchvision (indexable; a DataLoader over them keeps
 # the index order unless it shuffles).
@@ -64,6 +66,9 @@ ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm"
                                "numpy.random.permutation", "numpy.random.shuffle",
                                "random.shuffle", "random.sample", "sklearn.utils.shuffle",
                                "sklearn.model_selection.train_test_split"})
+# Calls inside a dataset class that draw random numbers (by qualified-name prefix).
+RANDOM_DRAW_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.randperm",
+                        "torch.multinomial")
 # Calls in the training code that reorder the data for the next epoch.
 RESHUFFLE_NAMES = frozenset({"shuffle", "permutation", "randperm", "set_epoch", "reshuffle",
                              "shuffle_", "on_epoch_end"})
@@ -81,6 +86,16 @@ LIGHTNING_TRAINERS = frozenset({
     "lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
     "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer",
     "lightning.pytorch.trainer.Trainer"})
+# `Trainer(...)` keywords that decide whether Lightning swaps in a distributed sampler:
+# flags that, literally False, keep the training loader's own (2.x name, 1.x name);
+# strategies that run one process; the keywords that give the device count.
+TRAINER_KEEPS_SAMPLER_FLAGS = ("use_distributed_sampler", "replace_sampler_ddp")
+TRAINER_ONE_PROCESS_STRATEGIES = ("auto", "single_device")
+TRAINER_DEVICE_KEYWORDS = ("devices", "gpus")
+# `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, …)`: the arguments that
+# may make it shuffle, with their positions.
+LOADER_SHUFFLE_ARGUMENT = (2, "shuffle")
+LOADER_SAMPLER_ARGUMENTS = ((3, "sampler"), (4, "batch_sampler"))
 
 
 @dataclass(frozen=True)
@@ -91,23 +106,22 @@ class Unshuffled:
     fed_to: str               # "the training loop at line N" / "`train_dataloader()` …"
 
 
+@per_file("shuffling")
 def unshuffled_training_loaders(analysis) -> List[Unshuffled]:
-    memo = analysis.memo("shuffling")
-    if "all" not in memo:
-        found: Dict[int, Unshuffled] = {}
-        feeds = _training_feeds(analysis)
-        if feeds:
-            by_node = {id(c.node): (f, c) for f, c in loader_constructions(analysis)}
-            for node, fed_to, loop_facts, loop in feeds:
-                hit = by_node.get(id(node))
-                if hit is None or id(node) in found:
-                    continue
-                facts, call = hit
-                dataset = _judge(analysis, facts, call, loop_facts, loop)
-                if dataset is not None:
-                    found[id(node)] = Unshuffled(facts, call, dataset, fed_to)
-        memo["all"] = sorted(found.values(), key=lambda u: u.call.site.line)
-    return memo["all"]
+    """The training loaders of the file that never shuffle a map-style dataset, by line."""
+    found: Dict[ast.AST, Unshuffled] = {}
+    feeds = _training_feeds(analysis)
+    if feeds:
+        by_node = {c.node: (f, c) for f, c in loader_constructions(analysis)}
+        for node, fed_to, loop_facts, loop in feeds:
+            hit = by_node.get(node)
+            if hit is None or node in found:
+                continue
+            facts, call = hit
+            dataset = _judge(analysis, facts, call, loop_facts, loop)
+            if dataset is not None:
+                found[node] = Unshuffled(facts, call, dataset, fed_to)
+    return sorted(found.values(), key=lambda u: u.call.site.line)
 
 
 # ---------------------------------------------------------------------------- what trains
@@ -138,31 +152,29 @@ def _is_datamodule(cls) -> bool:
     return any(b in LIGHTNING_DATAMODULES for b in cls.bases)
 
 
+@per_file("shuffling_trainers")
 def _lightning_trains_on_one_device(analysis) -> bool:
     """Every Lightning `Trainer(...)` of the file provably runs one process (or never swaps
     in a distributed sampler), and there is one."""
-    memo = analysis.memo("shuffling_trainers")
-    if "one_device" not in memo:
-        trainers = [c for f in analysis.all_facts() for c in f.calls
-                    if c.qualname in LIGHTNING_TRAINERS]
-        memo["one_device"] = bool(trainers) and all(_single_process(t.node) for t in trainers)
-    return memo["one_device"]
+    trainers = [c for f in analysis.all_facts() for c in f.calls
+                if c.qualname in LIGHTNING_TRAINERS]
+    return bool(trainers) and all(_single_process(t.node) for t in trainers)
 
 
 def _single_process(node: ast.Call) -> bool:
     if any(kw.arg is None for kw in node.keywords):
         return False
-    for flag in ("use_distributed_sampler", "replace_sampler_ddp"):
-        if is_const(keyword(node, flag), False):
-            return True       # the training loader is never replaced
+    if any(is_const(keyword(node, flag), False) for flag in TRAINER_KEEPS_SAMPLER_FLAGS):
+        return True       # the training loader is never replaced
     strategy = keyword(node, "strategy")
     if strategy is not None and not (isinstance(strategy, ast.Constant)
-                                     and strategy.value in ("auto", "single_device")):
+                                     and strategy.value in TRAINER_ONE_PROCESS_STRATEGIES):
         return False
     nodes = keyword(node, "num_nodes")
     if nodes is not None and not (isinstance(nodes, ast.Constant) and nodes.value == 1):
         return False
-    devices = keyword(node, "devices") or keyword(node, "gpus")
+    devices = next((keyword(node, name) for name in TRAINER_DEVICE_KEYWORDS
+                    if keyword(node, name) is not None), None)
     if devices is not None:
         return _one_device(devices)
     accelerator = keyword(node, "accelerator")
@@ -200,18 +212,22 @@ def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
 def _may_shuffle(node: ast.Call) -> bool:
     if any(kw.arg is None for kw in node.keywords):
         return True
-    shuffle = keyword(node, "shuffle")
-    if shuffle is None and len(node.args) > 2:
-        shuffle = node.args[2]
+    shuffle = _loader_argument(node, *LOADER_SHUFFLE_ARGUMENT)
     if shuffle is not None and not is_const(shuffle, False):
         return True
-    for index, name in ((3, "sampler"), (4, "batch_sampler")):
-        sampler = keyword(node, name)
-        if sampler is None and len(node.args) > index:
-            sampler = node.args[index]
+    for index, name in LOADER_SAMPLER_ARGUMENTS:
+        sampler = _loader_argument(node, index, name)
         if sampler is not None and not is_const(sampler, None):
             return True
     return False
+
+
+def _loader_argument(node: ast.Call, index: int, name: str) -> Optional[ast.expr]:
+    """The argument given as `name=` or at position `index`, if any."""
+    found = keyword(node, name)
+    if found is None and len(node.args) > index:
+        found = node.args[index]
+    return found
 
 
 # Calls that hand a loader back with its order unchanged: Accelerate's `prepare` keeps the
@@ -227,7 +243,6 @@ def _replaced_by_unknown_call(analysis, construction: CallSite) -> bool:
     target = _bound_name(construction)
     if target is None:
         return False
-    from .distributed import all_calls
     for facts, call in all_calls(analysis):
         if call.method in ORDER_KEEPING_METHODS or call is construction:
             continue
@@ -303,7 +318,7 @@ def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
     if isinstance(expr, ast.Call):
         qual = analysis.imports.qualname(expr.func)
         if qual in HF_DATASET_SOURCES:
-            return not is_const(keyword(expr, "streaming"), True) and keyword(expr, "streaming") is None
+            return keyword(expr, "streaming") is None    # any `streaming=` may stream
         func = expr.func
         if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_ORDER_KEEPING:
             return _hf_dataset(analysis, facts, func.value, depth)
@@ -377,12 +392,10 @@ def _project_class(analysis, call: ast.Call, qual: Optional[str]):
     """(ClassInfo, FileAnalysis that holds it) for a dataset class of the project."""
     if isinstance(call.func, ast.Name) and call.func.id in analysis.index.classes:
         return analysis.index.classes[call.func.id], analysis
-    if qual:
-        from .project import is_project_name, resolve_class
-        if is_project_name(qual):
-            resolved = resolve_class(analysis, qual)
-            if resolved is not None:
-                return resolved[1], resolved[0]
+    if qual and is_project_name(qual):
+        resolved = resolve_class(analysis, qual)
+        if resolved is not None:
+            return resolved[1], resolved[0]
     return None, None
 
 
@@ -407,8 +420,7 @@ def _class_draws_randomness(analysis, cls) -> bool:
     for method in cls.methods.values():
         for call in analysis.facts_for(method).calls:
             qual = call.qualname or ""
-            if qual.startswith(("random.", "numpy.random.", "torch.rand", "torch.randperm",
-                                "torch.multinomial")) or call.method in RESHUFFLE_NAMES:
+            if qual.startswith(RANDOM_DRAW_PREFIXES) or call.method in RESHUFFLE_NAMES:
                 return True
     return False
 
