@@ -11,12 +11,13 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
 from . import torchapi as api
 from . import values as V
 from .astutil import dotted
 from .events import FunctionFacts
+from .memo import per_file
 
 # Methods that only act when called, and the receivers they belong to.
 MODULE_KIND, OPTIMIZER_KIND, SCHEDULER_KIND, LOSS_KIND = "module", "optimizer", "scheduler", "loss"
@@ -56,22 +57,21 @@ class BareStatement:
     by_name: bool = False    # the receiver's kind comes from its name, not from its value
 
 
+@per_file("bare_statements")
 def bare_statements(analysis) -> List[BareStatement]:
-    memo = analysis.memo("bare_statements")
-    if "all" not in memo:
-        found: List[BareStatement] = []
-        scopes = [(None, analysis.tree.body)] + [(f, f.node.body) for f in analysis.index.functions]
-        for func, body in scopes:
-            candidates = _candidate_statements(body)
-            if not candidates:
-                continue
-            facts = analysis.module_facts if func is None else analysis.facts_for(func)
-            for stmt in candidates:
-                item = _classify(analysis, facts, stmt)
-                if item is not None:
-                    found.append(item)
-        memo["all"] = sorted(found, key=lambda b: b.stmt.lineno)
-    return memo["all"]
+    """Every bare method read and context-manager statement of the file, by line."""
+    found: List[BareStatement] = []
+    scopes = [(None, analysis.tree.body)] + [(f, f.node.body) for f in analysis.index.functions]
+    for func, body in scopes:
+        candidates = _candidate_statements(body)
+        if not candidates:
+            continue
+        facts = analysis.module_facts if func is None else analysis.facts_for(func)
+        for stmt in candidates:
+            item = _classify(analysis, facts, stmt)
+            if item is not None:
+                found.append(item)
+    return sorted(found, key=lambda b: b.stmt.lineno)
 
 
 # Compound statements: the fields that hold statement lists (handlers and cases apart).
@@ -132,7 +132,7 @@ def _classify(analysis, facts: FunctionFacts, stmt: ast.Expr) -> Optional[BareSt
     expr = stmt.value
     target = expr.func if isinstance(expr, ast.Call) else expr
     qual = analysis.imports.qualname(target)
-    if qual in CONTEXT_MANAGERS and (isinstance(expr, ast.Call) or isinstance(expr, ast.Attribute)):
+    if qual in CONTEXT_MANAGERS and isinstance(expr, (ast.Call, ast.Attribute)):
         return BareStatement(facts, stmt, "context", qual, ast.unparse(expr))
     if not isinstance(expr, ast.Attribute) or expr.attr not in METHOD_RECEIVERS or qual is not None:
         return None
@@ -147,30 +147,38 @@ def _classify(analysis, facts: FunctionFacts, stmt: ast.Expr) -> Optional[BareSt
     return BareStatement(facts, stmt, "method", expr.attr, text, kind, by_name)
 
 
+def _module_like(value: V.Value) -> bool:
+    return value.has(V.MODULE) or value.has(V.LOSS_FN) or (
+        value.has(V.SELF) and value.cls is not None
+        and (value.cls.is_module or value.cls.method("forward") is not None))
+
+
+# Receiver kind -> how a value shows it is one, and how a name says it is one.
+_KIND_BY_VALUE: Dict[str, Callable[[V.Value], bool]] = {
+    MODULE_KIND: _module_like,
+    OPTIMIZER_KIND: lambda value: value.has(V.OPTIMIZER),
+    SCHEDULER_KIND: lambda value: value.has(V.SCHEDULER),
+    LOSS_KIND: lambda value: bool(value.grad and not value.leaf) or value.has(V.LOSS),
+}
+_KIND_BY_NAME: Dict[str, Callable[[str], bool]] = {
+    MODULE_KIND: lambda name: bool(api.MODEL_PARAM_RE.match(name) or _MODULE_NAME.search(name)),
+    OPTIMIZER_KIND: lambda name: bool(api.OPTIMIZER_NAME_RE.search(name))
+    and not api.SCHEDULER_NAME_RE.search(name),
+    SCHEDULER_KIND: lambda name: bool(api.SCHEDULER_NAME_RE.search(name)),
+    LOSS_KIND: lambda name: bool(_LOSS_NAME.search(name)),
+}
+
+
 def _receiver_kind(value: V.Value, text: str, wanted) -> tuple:
     """(kind, by_name): what the receiver is, from its value; from its name only when the
     analysis knows nothing about it; (None, False) when it is something else."""
-    by_value = {
-        MODULE_KIND: value.has(V.MODULE) or value.has(V.LOSS_FN) or (
-            value.has(V.SELF) and value.cls is not None
-            and (value.cls.is_module or value.cls.method("forward") is not None)),
-        OPTIMIZER_KIND: value.has(V.OPTIMIZER),
-        SCHEDULER_KIND: value.has(V.SCHEDULER),
-        LOSS_KIND: (value.grad and not value.leaf) or value.has(V.LOSS),
-    }
     for kind in wanted:
-        if by_value[kind]:
+        if _KIND_BY_VALUE[kind](value):
             return kind, False
     if value.tags & _OTHER_KINDS or value.grad or value.cls is not None or not text:
         return None, False     # a known object of another kind
     last = text.rsplit(".", 1)[-1]
-    by_name = {
-        MODULE_KIND: bool(api.MODEL_PARAM_RE.match(last) or _MODULE_NAME.search(last)),
-        OPTIMIZER_KIND: bool(api.OPTIMIZER_NAME_RE.search(last)) and not api.SCHEDULER_NAME_RE.search(last),
-        SCHEDULER_KIND: bool(api.SCHEDULER_NAME_RE.search(last)),
-        LOSS_KIND: bool(_LOSS_NAME.search(last)),
-    }
     for kind in wanted:
-        if by_name[kind]:
+        if _KIND_BY_NAME[kind](last):
             return kind, True
     return None, False
