@@ -137,9 +137,9 @@ class AmpScalerProtocol(Rule):
 
     # -------------------------------------------------------------- unscale_ per micro-step
     def _unscale_per_micro_step(self, analysis) -> Iterator[Finding]:
-        by_loop = {(id(s.facts), id(s.loop)): s for s in scaled_loops(analysis)}
+        by_loop = {(s.facts, s.loop): s for s in scaled_loops(analysis)}
         for window in windows(analysis):
-            scaled = by_loop.get((id(window.facts), id(window.loop)))
+            scaled = by_loop.get((window.facts, window.loop))
             if window.gated_by is not None or scaled is None:
                 continue
             for unscale in scaled.of(UNSCALE):

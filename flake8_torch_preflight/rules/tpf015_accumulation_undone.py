@@ -55,7 +55,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.accumulation import Window, every_step_resets, windows
+from ..analysis.accumulation import MICRO_LOOP, Window, every_step_resets, windows
 from ..analysis.astutil import short
 from ..analysis.events import Site
 from ..findings import ERROR, Finding
@@ -77,8 +77,10 @@ class AccumulationUndone(Rule):
     def _report(self, window: Window, reset: Site) -> Finding:
         step = window.first_step
         backward = window.first_backward_line
-        zeroed = backward < reset.line < step.line and window.gate.kind != "micro-loop" or (
-            window.gate.kind == "micro-loop" and reset.line > backward)
+        if window.gate.kind == MICRO_LOOP:
+            zeroed = reset.line > backward    # after a backward of the loop, before the step after it
+        else:
+            zeroed = backward < reset.line < step.line
         if zeroed:
             effect = ("it runs after the backward and before the step, so the step applies "
                       "zeroed gradients and nothing trains")
