@@ -10,7 +10,7 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Set
 
-from .astutil import dotted
+from .astutil import dotted, target_texts
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -63,18 +63,18 @@ class _BindingScan:
             accumulates = isinstance(stmt.value, ast.BinOp)
             for target in stmt.targets:
                 self.written_into(target)
-                for text in _target_texts(target):
+                for text in target_texts(target):
                     accumulation = accumulates and _reads(stmt.value, text)
                     self.bound(text, accumulation)
                     if accumulation:   # `x = x + v`: the same write as `x += v`
                         self.written_into(target, augmented=True)
         elif isinstance(stmt, ast.AnnAssign):
             self.written_into(stmt.target)
-            for text in _target_texts(stmt.target):
+            for text in target_texts(stmt.target):
                 self.bound(text)
         elif isinstance(stmt, ast.AugAssign):
             self.written_into(stmt.target, augmented=True)
-            for text in _target_texts(stmt.target):
+            for text in target_texts(stmt.target):
                 self.bound(text, accumulation=True)
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             for alias in stmt.names:
@@ -82,12 +82,12 @@ class _BindingScan:
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
             for item in stmt.items:
                 if item.optional_vars is not None:
-                    for text in _target_texts(item.optional_vars):
+                    for text in target_texts(item.optional_vars):
                         self.bound(text)
 
     def loop(self, loop) -> None:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
-            for text in _target_texts(loop.target):
+            for text in target_texts(loop.target):
                 self.bound(text)
         self.rebinds[loop] = set()
         self.writes[loop] = set()
@@ -129,18 +129,6 @@ def _child_bodies(stmt: ast.stmt):
         yield handler.body
     for case in getattr(stmt, "cases", ()):
         yield case.body
-
-
-def _target_texts(target: ast.AST):
-    if isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _target_texts(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _target_texts(target.value)
-    else:
-        text = dotted(target)
-        if text is not None:
-            yield text
 
 
 def _reads(expr: ast.AST, text: str) -> bool:
