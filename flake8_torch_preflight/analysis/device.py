@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
+from . import torchapi as api
 from . import values as V
 from .astutil import dotted, keyword
 from .events import CallSite, FunctionFacts
@@ -119,8 +120,6 @@ def _root_name(expr: ast.AST) -> Optional[str]:
     return expr.id if isinstance(expr, ast.Name) else None
 
 
-_TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset",
-                              "torch.utils.data.dataset.TensorDataset"})
 
 
 # A loader over indices (`DataLoader(range(n))`, `DataLoader(mask.nonzero().view(-1))`)
@@ -165,7 +164,7 @@ def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
     if isinstance(expr, ast.Call):
         qual = analysis.imports.qualname(expr.func) or (
             expr.func.id if isinstance(expr.func, ast.Name) else None)
-        if qual in _TENSOR_DATASETS or qual in _INDEX_MAKERS:
+        if qual in api.TENSOR_DATASETS or qual in _INDEX_MAKERS:
             return True
         if isinstance(expr.func, ast.Name) and expr.func.id in analysis.index.classes:
             return _slicing_dataset(analysis.index.classes[expr.func.id])
@@ -234,7 +233,7 @@ def _tensor_dataset_bindings(analysis) -> Dict[tuple, int]:
     for facts in analysis.all_facts():
         for call in facts.calls:
             stmt = call.site.stmt
-            if call.qualname not in _TENSOR_DATASETS or getattr(stmt, "value", None) is not call.node:
+            if call.qualname not in api.TENSOR_DATASETS or getattr(stmt, "value", None) is not call.node:
                 continue
             targets = stmt.targets if isinstance(stmt, ast.Assign) else \
                 [getattr(stmt, "target", None)]

@@ -15,6 +15,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, keyword
+from .constants import unreachable
 from .epochs import argument_for, epoch_loops, iterated_loaders, loaders_per_epoch
 from .memo import per_file
 from .events import CallSite, FunctionFacts
@@ -106,12 +107,13 @@ class Wrap:
 def ddp_wraps(analysis) -> List[Wrap]:
     """Where the file wraps a model in DDP/FSDP/`fully_shard`, apex DDP or a DeepSpeed engine:
     directly, or through a helper (of this file or another project file) that does."""
-    out = [Wrap(c.site, _wrapper_text(c.qualname)) for _, c in all_calls(analysis)
-           if c.qualname in api.DDP_WRAPPERS or c.qualname in api.DATA_PARALLEL_ENGINES]
+    out = [Wrap(c.site, _wrapper_text(c.qualname)) for facts, c in all_calls(analysis)
+           if (c.qualname in api.DDP_WRAPPERS or c.qualname in api.DATA_PARALLEL_ENGINES)
+           and not unreachable(analysis, facts, c.site)]
     for facts in analysis.all_facts():
         for local in facts.local_calls:
             inner = _helper_wrapper(analysis, local.callee)
-            if inner is not None:
+            if inner is not None and not unreachable(analysis, facts, local.site):
                 out.append(Wrap(local.site, f"`{local.callee.name}()` (which calls {inner})"))
     return out
 
@@ -127,11 +129,12 @@ def _helper_wrapper(analysis, func) -> Optional[str]:
     """How `func`, or a helper it calls, wraps a model data-parallel; None if it does not."""
     facts = analysis.facts_for(func)
     for call in facts.calls:
-        if call.qualname in api.DDP_WRAPPERS or call.qualname in api.DATA_PARALLEL_ENGINES:
+        if (call.qualname in api.DDP_WRAPPERS or call.qualname in api.DATA_PARALLEL_ENGINES) \
+                and not unreachable(analysis, facts, call.site):
             return _wrapper_text(call.qualname)
     for local in facts.local_calls:
         inner = _helper_wrapper(analysis, local.callee)
-        if inner is not None:
+        if inner is not None and not unreachable(analysis, facts, local.site):
             return inner
     return None
 
@@ -226,7 +229,37 @@ def sharding_reason(analysis, facts: FunctionFacts, call: CallSite) -> Optional[
         return "no dataset argument"
     if _dataset_sharded(analysis, facts, scope, dataset, depth=2):
         return "the dataset is split by rank"
+    if _synthetic(analysis, scope, dataset, depth=6):
+        return "the dataset is drawn at random on each rank (synthetic data)"
     return None
+
+
+def _synthetic(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
+    """A dataset of fresh random draws (`TensorDataset(torch.randn(n, d), ...)`,
+    `torchvision.datasets.FakeData`): each rank draws its own, so there is nothing to shard.
+    A name counts when every assignment of it in the function is synthetic."""
+    if depth < 0:
+        return False
+    if isinstance(expr, ast.Name):
+        producers = scope.producers.get(expr.id, [])
+        return bool(producers) and all(_synthetic(analysis, scope, p, depth - 1) for p in producers)
+    if not isinstance(expr, ast.Call):
+        return False
+    qual = analysis.imports.qualname(expr.func)
+    if qual in api.FAKE_DATASETS or qual in api.TORCH_DRAWS:
+        return True
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in api.TENSOR_INPLACE_DRAWS:
+        return True   # `torch.empty(n, dtype=torch.long).random_(classes)`
+    if qual in api.TENSOR_DATASETS:
+        return bool(expr.args) and all(_synthetic(analysis, scope, a, depth - 1) for a in expr.args)
+    if qual is None and isinstance(expr.func, ast.Name):
+        func = analysis.index.function_named(expr.func.id, None)
+        if func is not None:   # `random_dataset(n, dim)` of this file: what it returns
+            returns = [node.value for node in ast.walk(func.node)
+                       if isinstance(node, ast.Return) and node.value is not None]
+            inner = scope_of(analysis, analysis.facts_for(func))
+            return bool(returns) and all(_synthetic(analysis, inner, r, depth - 1) for r in returns)
+    return False
 
 
 def _plain_sampler(analysis, facts, scope: Scope, expr: ast.expr) -> bool:

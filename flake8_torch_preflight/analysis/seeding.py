@@ -13,6 +13,7 @@ import ast
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from . import project
+from . import torchapi as api
 from .events import CallSite, FunctionFacts
 from .memo import per_file
 from .questions import Does
@@ -70,8 +71,6 @@ _RANDOM_DRAWS = frozenset({"random", "randint", "randrange", "choice", "choices"
                            "expovariate", "betavariate", "gammavariate", "triangular",
                            "vonmisesvariate", "paretovariate", "weibullvariate", "getrandbits",
                            "randbytes", "binomialvariate"})
-_TORCH_DRAWS = frozenset(f"torch.{n}" for n in "rand randn randint randperm rand_like randn_like "
-                         "randint_like normal bernoulli multinomial poisson".split())
 
 
 def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
@@ -246,7 +245,7 @@ def draw_generator(call: CallSite) -> Optional[str]:
         return NUMPY if last not in _NUMPY_NOT_DRAWS else None
     if qual.startswith("random.") and qual.count(".") == 1:
         return RANDOM if qual.split(".", 1)[1] in _RANDOM_DRAWS else None
-    if qual in _TORCH_DRAWS and not any(kw.arg == "generator" for kw in call.node.keywords):
+    if qual in api.TORCH_DRAWS and not any(kw.arg == "generator" for kw in call.node.keywords):
         return TORCH
     return None
 

@@ -114,6 +114,15 @@ DATALOADER_NAMES = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.d
                               # torchdata's checkpointable loader (a DataLoader subclass)
                               "torchdata.stateful_dataloader.StatefulDataLoader",
                               "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"})
+# Draws from torch's global generator: fresh random tensors.
+TORCH_DRAWS = frozenset(f"torch.{n}" for n in "rand randn randint randperm rand_like randn_like "
+                        "randint_like normal bernoulli multinomial poisson".split())
+TENSOR_INPLACE_DRAWS = frozenset({"random_", "normal_", "uniform_", "bernoulli_", "exponential_",
+                                  "geometric_", "cauchy_", "log_normal_"})
+TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset",
+                             "torch.utils.data.dataset.TensorDataset"})
+# Datasets of random samples drawn on the spot (nothing to shard across ranks).
+FAKE_DATASETS = frozenset({"torchvision.datasets.FakeData", "torchvision.datasets.fakedata.FakeData"})
 DISTRIBUTED_SAMPLERS = frozenset(
     {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler",
      # a DistributedSampler subclass that also checkpoints its position: shuffles by epoch

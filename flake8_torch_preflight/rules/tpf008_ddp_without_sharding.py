@@ -47,7 +47,11 @@ rank-aware, as does a dataset whose construction, helper or class mentions the r
 size anywhere, a loader built with `**kwargs`, and a dataset passed in as a parameter that no
 caller in the file supplies. Loaders built by imported factories are not seen. Files that
 use Accelerate, Fabric or a Lightning `Trainer` without wrapping the model themselves are
-out of scope: the framework shards the data.
+out of scope: the framework shards the data. Quiet for a dataset of fresh random draws
+(`TensorDataset(torch.randn(...), ...)`, `torchvision.datasets.FakeData`, also built by a
+helper of the file): a synthetic benchmark has nothing to shard. A wrap under an `if` that
+can never run is not a wrap: tests are folded over names bound once, to a literal, in
+their function (`world_size = 1` then `if world_size > 1:`); anything else may run.
 """
 from __future__ import annotations
 
