@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, keyword, short
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions,
@@ -39,8 +40,7 @@ from .project import is_project_name, resolve_class
 
 # Map-style datasets of torch and torchvision (indexable; a DataLoader over them keeps
 # the index order unless it shuffles).
-MAP_STYLE = frozenset({
-    "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
+MAP_STYLE = api.TENSOR_DATASETS | frozenset({
     "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
     "torch.utils.data.ConcatDataset", "torch.utils.data.dataset.ConcatDataset",
     "torch.utils.data.StackDataset",
