@@ -461,7 +461,7 @@ def delete_train(src: Source, rng: random.Random) -> Iterator[Mutation]:
             continue
         model = receiver_text(call)
         if not model or model in ("self", "super") or in_lightning_class(src, call) \
-                or not _module_like(src, model):
+                or not _module_like(src, model) or _mode_free_model_class(src, model):
             continue
         for loop, how in _epoch_loops_reaching(src, call, model):
             if not loop_reaches_backward(src, loop):
@@ -474,6 +474,23 @@ def delete_train(src: Source, rng: random.Random) -> Iterator[Mutation]:
             yield Mutation("TPF007", "delete-train", how[0], stmt.lineno,
                            tuple(delete_statement(src, stmt)), loop.lineno, model)
             break
+
+
+# Words that name (or build) a layer whose forward depends on train/eval mode.
+_MODE_WORDS = re.compile(r"dropout|batchnorm|batch_norm|instancenorm|syncbn|\.training\b|"
+                         r"\bbn\d*\b|\bnorm\b", re.IGNORECASE)
+
+
+def _mode_free_model_class(src: Source, model: str) -> bool:
+    """The model is built from a class of this file and the file names no mode-dependent
+    layer anywhere: deleting its `train()` changes nothing, so it is not the bug."""
+    if _MODE_WORDS.search(src.text):
+        return False
+    classes = {node.name for node in src.nodes if isinstance(node, ast.ClassDef)}
+    built = [node.value for node in src.nodes if isinstance(node, ast.Assign)
+             and any(dotted(t) == model for t in node.targets)]
+    return bool(built) and all(isinstance(v, ast.Call) and isinstance(v.func, ast.Name)
+                               and v.func.id in classes for v in built)
 
 
 def _module_like(src: Source, text: str) -> bool:

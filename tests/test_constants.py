@@ -25,6 +25,8 @@ def _truth(body: str, test: str):
     ("world_size = 1\n", "world_size > 1", False),
     ("world_size = 1\n", "world_size > 1 or arg", None),       # unknown operand decides
     ("world_size = 1\n", "world_size > 1 and arg", False),     # short-circuits
+    ("x = 1\ny = 'a'\n", "x == (x and y)", False),             # `and` gives its last operand
+    ("x = 0\n", "(x or 'cpu') == 'cpu'", True),
     ("use_ddp = False\n", "not use_ddp", True),
     ("mode = 'ddp'\n", "mode == 'ddp'", True),
     ("world_size = 1\nworld_size = 4\n", "world_size > 1", None),   # bound twice
@@ -54,7 +56,7 @@ _TESTS = st.recursive(_ATOMS, lambda inner: st.one_of(
 
 
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")   # `1 is 1` in the generated tests
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(_TESTS)
 def test_folding_never_raises_and_agrees_with_python(test):
     truth = _truth("x = 1\ny = 'a'\n", test)

@@ -116,8 +116,59 @@ def mode_free(analysis, cls, depth: int = 0) -> bool:
     if _fills_self_containers(init.node) or any(
             call.unseen for call in facts.calls if _assigns_self(call.site.stmt)):
         return False
-    return all(_mode_free_value(home, value, depth) for name, value in facts.env.items()
-               if name.startswith("self.") and value.has(V.MODULE))
+    return all(_mode_free_stored(home, facts, init, rhs, depth)
+               for rhs in _stored_on_self(init.node))
+
+
+def _stored_on_self(init: ast.AST):
+    """Every value `__init__` assigns to an attribute of `self`, on any branch
+    (`self.bn = None` and, under `if use_bn:`, `self.bn = nn.BatchNorm2d(c)`)."""
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                    and len(target.elts) == len(value.elts):
+                yield from (v for t, v in zip(target.elts, value.elts) if _on_self(t))
+            elif _on_self(target) or isinstance(target, ast.Tuple) and any(
+                    _on_self(t) for t in target.elts):
+                yield value
+
+
+def _mode_free_stored(analysis, facts, init, rhs: ast.expr, depth: int) -> bool:
+    """A value stored on `self` cannot make the model mode-dependent: a literal, a mode-free
+    layer or class, a non-module value; a parameter only when its default or annotation says
+    it is a plain number, string or flag (`self.encoder = encoder` may be any module)."""
+    if isinstance(rhs, ast.Constant):
+        return True
+    if isinstance(rhs, ast.Name) and rhs.id in init.params:
+        return _plain_parameter(init.node, rhs.id)
+    value = facts.value(rhs)
+    if isinstance(rhs, ast.Call) or value.has(V.MODULE):
+        return not value.has(V.MODULE) and value.cls is None or \
+            _mode_free_value(analysis, value, depth)
+    return True
+
+
+_PLAIN_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
+
+
+def _plain_parameter(func: ast.AST, name: str) -> bool:
+    args = func.args
+    positional = args.posonlyargs + args.args
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):],
+                        args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    arg = next((a for a in positional + args.kwonlyargs if a.arg == name), None)
+    annotation = getattr(arg, "annotation", None)
+    if isinstance(annotation, ast.Name) and annotation.id in _PLAIN_ANNOTATIONS:
+        return True
+    default = defaults.get(name)
+    return isinstance(default, ast.Constant) and default.value is not None
 
 
 def _mode_free_value(analysis, value, depth: int) -> bool:

@@ -77,16 +77,16 @@ def _singleton(value) -> bool:
 
 
 def _fold_bool(node: ast.BoolOp, names, budget: int):
-    """`a and b` / `a or b`: short-circuits on a known operand even when others are unknown."""
+    """`a and b` / `a or b` as Python evaluates it: the first operand that decides (a false
+    one for `and`, a true one for `or`), else the last; unknown once an operand before the
+    deciding one is unknown."""
     is_and = isinstance(node.op, ast.And)
-    unknown = False
+    value = _UNKNOWN
     for operand in node.values:
         value = _fold(operand, names, budget - 1)
-        if value is _UNKNOWN:
-            unknown = True
-        elif bool(value) is not is_and:
-            return value          # a false operand of `and`, a true one of `or`
-    return _UNKNOWN if unknown else is_and
+        if value is _UNKNOWN or bool(value) is not is_and:
+            return value
+    return value
 
 
 def _literal(value):

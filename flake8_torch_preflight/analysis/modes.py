@@ -13,6 +13,7 @@ import ast
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
+from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const
 from .epochs import argument_for
@@ -248,6 +249,26 @@ def last_iteration_only(site: Site, loop: ast.AST) -> bool:
                 isinstance(c, ast.Constant) for c in test.comparators):
             return True
     return False
+
+
+@per_file("optimized_modules")
+def optimized_modules(analysis) -> FrozenSet[str]:
+    """Texts of the modules whose parameters an optimizer of the file is built over
+    (`Adam(model.parameters())`, `SGD([{"params": net.head.parameters()}])`): models the
+    file trains, whether or not their training forward is visible."""
+    found = set()
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            if call.qualname is None or not api.OPTIMIZER_RE.match(call.qualname):
+                continue
+            arguments = list(call.node.args) + [kw.value for kw in call.node.keywords]
+            for node in (n for arg in arguments for n in ast.walk(arg)):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("parameters", "named_parameters"):
+                    text = dotted(node.func.value)
+                    if text is not None:
+                        found.add(text)
+    return frozenset(found)
 
 
 @per_file("frozen_modules")

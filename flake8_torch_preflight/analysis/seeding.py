@@ -212,17 +212,31 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
 @per_file("unseen_setup")
 def unseen_setup_call(analysis) -> Optional[CallSite]:
     """A call the analysis cannot see into that may seed for the script: a function of the
-    project it cannot find, or a library entry point named for setting a run up
-    (`detectron2.engine.default_setup(cfg, args)` seeds every generator). While one is
-    there, "nothing is seeded" is not proven."""
+    project it cannot read (a relative import, or a module that is a file or folder of the
+    project, as the resolver finds them), or a library entry point named for setting a run
+    up (`detectron2.engine.default_setup(cfg, args)` seeds every generator). A library call
+    is otherwise judged by the seeding tables only: `gym.make`, `wandb.init` or
+    `deepspeed.init_distributed` seed nothing. While one is there, "nothing is seeded" is
+    not proven."""
     for facts in analysis.all_facts():
         for call in facts.calls:
             if not call.unseen or call.qualname is None:
                 continue
             last = call.qualname.rsplit(".", 1)[-1].lower()
-            if project.is_project_name(call.qualname) or "setup" in last or last.startswith("init"):
+            if "setup" in last or _project_code(analysis, call.qualname):
                 return call
     return None
+
+
+def _project_code(analysis, qualname: str) -> bool:
+    """`qualname` names code of the project: relative, or its top-level module is a file or
+    package folder of the project (a package that is neither is a library)."""
+    if qualname.startswith("."):
+        return True
+    if not project.is_project_name(qualname):
+        return False
+    top = qualname.split(".", 1)[0]
+    return project.module_file(analysis.filename, top) is not None
 
 
 def random_draws(analysis) -> Dict[str, Tuple[FunctionFacts, CallSite]]:

@@ -63,12 +63,12 @@ Face) is never proven so.
 """
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import FrozenSet, Iterator, List
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.classes import mode_free
 from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules,
-                              last_iteration_only, loop_events, related)
+                              last_iteration_only, loop_events, optimized_modules, related)
 from ..findings import ERROR, Finding
 from .base import Rule
 
@@ -99,7 +99,7 @@ class StuckEvalMode(Rule):
             loops = analysis.training_loops(facts)
             if not loops:
                 continue
-            frozen = frozen_modules(analysis)
+            frozen, optimized = frozen_modules(analysis), optimized_modules(analysis)
             for loop in loops:
                 if not analysis.loop_does(facts, loop, Does.STEP):
                     continue   # backward without an update: attacks, saliency maps, probes
@@ -113,13 +113,13 @@ class StuckEvalMode(Rule):
                     key = (event.site.line, event.site.col)
                     if key in reported:
                         continue
-                    work = self._stuck(events, i, loop, exits, frozen)
+                    work = self._stuck(events, i, loop, exits, frozen, optimized)
                     if work is None or _mode_free_model(analysis, facts, event.receiver):
                         continue
                     reported.add(key)
                     yield self._report(event, work, loop)
 
-    def _stuck(self, events: List[ModeEvent], i: int, loop, exits, frozen):
+    def _stuck(self, events: List[ModeEvent], i: int, loop, exits, frozen, optimized):
         """The backward reached from eval event `i` with no train() on the way, or None."""
         ev = events[i]
         site = ev.site
@@ -128,7 +128,7 @@ class StuckEvalMode(Rule):
         receiver = ev.receiver
         if receiver is not None and any(related(receiver, f) for f in frozen):
             return None
-        if not self._trained(events, receiver):
+        if not self._trained(events, receiver, optimized):
             return None
         tested = cond_texts(site, loop)
         for other in events:
@@ -151,14 +151,15 @@ class StuckEvalMode(Rule):
         return None
 
     @staticmethod
-    def _trained(events: List[ModeEvent], receiver) -> bool:
+    def _trained(events: List[ModeEvent], receiver, optimized: FrozenSet[str]) -> bool:
         """The receiver is a model this loop trains (not a frozen teacher or EMA copy)."""
         if receiver is None:
             return True
         forwards = [e for e in events if e.kind == "forward"]
         own = [e for e in forwards if e.receiver is not None and related(e.receiver, receiver)]
-        if own and all(e.no_grad for e in own):
-            return False  # only ever called under no_grad: a reference model, a teacher
+        if own and all(e.no_grad for e in own) and \
+                not any(related(text, receiver) for text in optimized):
+            return False  # only called under no_grad, no optimizer of it: a reference model
         if not any(not e.no_grad for e in forwards):
             return True   # the training forward is not visible: assume it is this model
         for e in forwards:

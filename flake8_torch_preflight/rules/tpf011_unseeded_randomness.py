@@ -72,6 +72,11 @@ seeds (`set_seed`, `random_seed`, `init_seeds`, …, assumed to seed everything)
 `seed=` argument, other project files are followed up to three files deep (a base class
 whose file cannot be found counts as not seeding), and generator objects
 (`np.random.default_rng(seed)`, `torch.Generator`) are not tracked.
+The note ("nothing is seeded") is quiet while a call the analysis cannot see into may seed:
+a function of the project it cannot read (a relative import, or a module that is a file or
+package folder of the project), or a library entry point named for setting a run up
+(`detectron2.engine.default_setup`). Other library calls (`gym.make`, `wandb.init`,
+`deepspeed.init_distributed`) are judged by the seeding tables alone.
 Modules that only define training functions for another script (no `__main__` guard and
 no module-level code that trains, like `engine.py` beside `main.py`) are skipped: the seed
 is usually set by the script that imports them.
