@@ -181,22 +181,18 @@ DEEP = [
 
 @pytest.mark.parametrize("name, data", DEEP, ids=[n for n, _ in DEEP])
 def test_deeply_nested_scripts_give_one_line_or_a_report(tmp_path, capsys, name, data):
-    """Whether Python's own parser takes these depends on its version (3.9 and 3.10 parse a
-    10,000-term sum; 3.13 parses 5,000 `elif`s): either it refuses, and that is one line and
-    exit 5, or the file is read (iteratively) like any other. Never a traceback."""
+    """Whether Python's own parser takes these depends on its version and on the stack it
+    is given (3.9 refuses a 5,000-link chain in the test's thread, while the tool parses it
+    with a deeper stack; 3.13 parses 5,000 `elif`s): either the parse is refused, and that is
+    one line and exit 5, or the file is read (iteratively) like any other. Never a traceback."""
     p = write(tmp_path, name, data)
-    try:
-        compile(data, name, "exec", dont_inherit=True)
-        parses = True
-    except (RecursionError, MemoryError, SyntaxError):
-        parses = False
     code = main([p])
     out, err = capsys.readouterr()
     assert "Traceback" not in err + out
-    if parses:
-        assert code in (0, 1, 2, 4)
+    if code == 5:
+        assert len(err.strip().splitlines()) == 1 and "nested too deeply" in err.lower()
     else:
-        assert code == 5 and len(err.strip().splitlines()) == 1 and "nested too deeply" in err.lower()
+        assert code in (0, 1, 2, 4)
 
 
 def test_a_folder_is_unreadable_input(tmp_path, capsys):
@@ -225,3 +221,18 @@ def test_exit_codes_are_documented():
 
     for words in ("0 fits", "1 tight", "2 oom", "3 bad input", "4 no model", "5 unreadable"):
         assert words in cli._parser().epilog
+
+
+def test_a_reader_that_stops_early_ends_the_listing_quietly():
+    """`vram-estimate models | head -1`: the closed pipe is not a traceback."""
+    import subprocess
+    import sys
+
+    listing = subprocess.Popen([sys.executable, "-c", "from vram_estimator.cli import main; "
+                                "import sys; sys.exit(main(['models']))"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listing.stdout.read(10)
+    listing.stdout.close()
+    err = listing.stderr.read().decode()
+    listing.wait(timeout=60)
+    assert "Traceback" not in err and listing.returncode == 0

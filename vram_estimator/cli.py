@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Callable, List, Optional
 
@@ -124,6 +125,18 @@ def exit_status(result: Any) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The `vram-estimate` command; a reader that stops early (`| head`) ends it quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        try:   # the interpreter flushes stdout at exit: point it at nothing first
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+def _main(argv: Optional[List[str]]) -> int:
     from .api import estimate_config, estimate_configs, estimate_file
     from .report import json_report, text_report
 
@@ -162,13 +175,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     return exit_status(result)
 
 
-def _run() -> int:  # pragma: no cover - console entry with a quiet broken pipe (`| head`)
-    try:
-        return main()
-    except BrokenPipeError:
-        sys.stderr.close()
-        return 0
-
-
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_run())
+    sys.exit(main())
