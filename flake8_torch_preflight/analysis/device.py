@@ -120,8 +120,6 @@ def _root_name(expr: ast.AST) -> Optional[str]:
     return expr.id if isinstance(expr, ast.Name) else None
 
 
-
-
 # A loader over indices (`DataLoader(range(n))`, `DataLoader(mask.nonzero().view(-1))`)
 # yields index batches: there is nothing per item for a worker to do.
 _INDEX_MAKERS = frozenset({"range", "torch.arange", "torch.randperm", "numpy.arange",

@@ -76,6 +76,7 @@ class FlowAnalyzer:
     def is_local(self, name: str) -> bool:
         """`name` is bound in this function (the module body binds only globals)."""
         return self.func is None or name in self.bindings.names or name in self.func.params
+
     @property
     def in_loop(self) -> bool:
         return bool(self.loops)

@@ -11,12 +11,10 @@ like the file's own, through their own file's analysis.
 """
 from __future__ import annotations
 
-import ast
 import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from . import values as V
 from .context import FileContext
 from .index import ClassInfo, FunctionInfo
 

@@ -90,7 +90,6 @@ class MissingZeroGrad(Rule):
                     "call `optimizer.zero_grad(set_to_none=True)` once per iteration "
                     "(before the forward or after `optimizer.step()`)")
 
-
     def _other_optimizer_reset(self, analysis, facts, loop, step, name: str, resets) -> Finding:
         backwards = analysis.loop_sites(facts, loop, Does.BACKWARD)
         before = [s for s in backwards if s.line <= step.line]

@@ -20,10 +20,10 @@ or trainer given `seed=` (`colossalai.launch_from_torch(..., seed=s)`; not a sam
 generator, which seed only themselves), ColossalAI's launchers (`launch_from_torch()` and
 the others seed every generator with their default `seed=1024` unless given `seed=None`),
 Lightning's `LightningCLI` (unless `seed_everything_default=False`), building an HF/TRL
-`Trainer` or a subclass of one (it seeds from `TrainingArguments.seed`), or a helper or base-class `__init__` that does
-any of these — in the file or in another file of the project (followed through calls; a
-class whose methods train counts as built). `torch.use_deterministic_algorithms` and cuDNN
-flags do not seed anything.
+`Trainer` or a subclass of one (it seeds from `TrainingArguments.seed`), or a helper or
+base-class `__init__` that does any of these — in the file or in another file of the
+project (followed through calls; a class whose methods train counts as built).
+`torch.use_deterministic_algorithms` and cuDNN flags do not seed anything.
 
 ## Why is this bad?
 A script that seeds torch but shuffles or augments with `np.random` gives different data
