@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import db
-from .config_comments import CommentError, Comments, Value, check_gpu, comments_from_source, normalise, read_comments
+from .config_comments import (
+    CommentError,
+    Comments,
+    Value,
+    check_gpu,
+    comments_from_source,
+    normalise,
+    read_comments,
+)
 from .estimate import Estimate, estimate
 from .script_reader import ScriptFacts, read_script
 
@@ -154,7 +162,8 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
     default("lora", 0)
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
-    if s["sharding"].value in ("zero1", "zero2", "zero3") and s["precision"].value in ("bf16-mixed", "fp16-mixed"):
+    deepspeed = s["sharding"].value in ("zero1", "zero2", "zero3")
+    if deepspeed and s["precision"].value in ("bf16-mixed", "fp16-mixed"):
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
@@ -238,7 +247,9 @@ def sweeps(settings: Dict[str, Value], target: Dict[str, Any]) -> List[Sweep]:
     return out
 
 
-def _check_model_names(values: Dict[str, Value], facts: Optional[ScriptFacts], problem: Optional[Tuple[int, str]]):
+def _check_model_names(
+    values: Dict[str, Value], facts: Optional[ScriptFacts], problem: Optional[Tuple[int, str]]
+):
     """An unknown model read from the script is an error only when nothing else names one."""
     if problem is None or "model" in values or "params" in values:
         return []
@@ -257,12 +268,20 @@ def estimate_source(
 ) -> Result:
     """Estimate a script given as text.  ``overrides`` are raw ``key: value`` pairs (CLI flags);
     ``configs`` are config files the user names (YAML/JSON, or nanoGPT-style ``.py``)."""
-    from .inputs import InputError, Problems, apply_config_file, apply_discovered, parse_source, read_configurator
+    from .inputs import (
+        InputError,
+        Problems,
+        apply_config_file,
+        apply_discovered,
+        parse_source,
+        read_configurator,
+    )
 
     result_error = None
     if tree is None:
         tree, result_error = parse_source(source, filename)
-    comments = read_comments(comment_tokens if comment_tokens is not None else comments_from_source(source, tree))
+    tokens = comment_tokens if comment_tokens is not None else comments_from_source(source, tree)
+    comments = read_comments(tokens)
     problems = Problems()
     configurator: Dict[str, Tuple[Any, str, int]] = {}
     yaml_configs = []
@@ -274,7 +293,9 @@ def estimate_source(
                 yaml_configs.append(path)
         facts = read_script(tree, filename, configurator) if tree is not None else ScriptFacts()
         if configurator and facts.configurator is None and tree is not None:
-            facts.notes.append("the script has no exec(open('configurator.py').read()); the .py config still applies")
+            facts.notes.append(
+                "the script has no exec(open('configurator.py').read()); the .py config still applies"
+            )
             facts = _apply_configurator_anyway(tree, filename, configurator)
         if "args_file" in facts.markers and not yaml_configs:
             facts.notes.append(
@@ -309,7 +330,9 @@ def estimate_source(
     return result
 
 
-def _model_problem(facts: ScriptFacts, filename: str, problems: Any, read_files: bool) -> Optional[Tuple[int, str]]:
+def _model_problem(
+    facts: ScriptFacts, filename: str, problems: Any, read_files: bool
+) -> Optional[Tuple[int, str]]:
     from .inputs import Problems, apply_models
 
     if not read_files:
@@ -324,7 +347,9 @@ def _model_problem(facts: ScriptFacts, filename: str, problems: Any, read_files:
     return mine.items[0] if mine.items else None
 
 
-def _apply_configurator_anyway(tree: ast.AST, filename: str, configurator: Dict[str, Tuple[Any, str, int]]) -> ScriptFacts:
+def _apply_configurator_anyway(
+    tree: ast.AST, filename: str, configurator: Dict[str, Tuple[Any, str, int]]
+) -> ScriptFacts:
     """A nanoGPT-style config given for a script without the ``exec`` line: apply it after
     everything the module binds (as if the script exec'd it at its end)."""
     marker = ast.parse("exec(open('configurator.py').read())").body[0]
@@ -394,4 +419,3 @@ def estimate_config(**kwargs: Any) -> Result:
     result = Result(estimate=None) if errors else run(over)
     result.errors = errors
     return result
-

@@ -228,7 +228,9 @@ def _lora_config(reader: "_Reader", call: ast.Call, q: str) -> None:
     line = call.lineno
     r, how = reader.value_of(call, "r")
     rank = r if isinstance(r, int) and not isinstance(r, bool) and 0 < r <= 1 << 16 else None
-    reader.put("lora", rank or 8, line, 3, how or ("" if rank else "LoraConfig default r=8"), guessed=not rank)
+    reader.put(
+        "lora", rank or 8, line, 3, how or ("" if rank else "LoraConfig default r=8"), guessed=not rank
+    )
     targets, _ = reader.value_of(call, "target_modules")
     if isinstance(targets, str):
         targets = ["all-linear"] if targets == "all-linear" else [targets]
@@ -248,7 +250,8 @@ def _kbit_training(reader: "_Reader", call: ast.Call, q: str) -> None:
 
 def _litgpt_lora(reader: "_Reader", call: ast.Call, q: str) -> None:
     if q.startswith("litgpt") or "lora" in q:
-        reader.put("lora", 8, call.lineno, 0, "litgpt mark_only_lora_as_trainable, rank not read (default 8)", guessed=True)
+        how = "litgpt mark_only_lora_as_trainable, rank not read (default 8)"
+        reader.put("lora", 8, call.lineno, 0, how, guessed=True)
 
 
 # --------------------------------------------------------------------------- training setup
@@ -312,8 +315,9 @@ def _hf_argument_parser(reader: "_Reader", call: ast.Call, q: str) -> None:
         last = reader.qual(node).rsplit(".", 1)[-1]
         if last in HF_ARGS:
             reader.mark("hf_args", call.lineno, f"HfArgumentParser({last})")
-            reader.put("batch", 8, call.lineno, 1, f"{last} default per_device_train_batch_size=8", guessed=True)
-            reader.put("optimizer", "adamw", call.lineno, 1, f"{last} default optim=adamw_torch", guessed=True)
+            line = call.lineno
+            reader.put("batch", 8, line, 1, f"{last} default per_device_train_batch_size=8", guessed=True)
+            reader.put("optimizer", "adamw", line, 1, f"{last} default optim=adamw_torch", guessed=True)
     reader.mark("args_file", call.lineno, "HfArgumentParser")
 
 
@@ -576,4 +580,3 @@ def torchvision_handler(reader: "_Reader", q: str) -> Optional[Handler]:
     ):
         return _torchvision
     return None
-

@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="vram-estimate",
         description="Will this PyTorch job fit on that GPU? "
         "A static estimate from the script, its config files and '# vram:' comments.",
-        epilog="exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input, 4 no model, 5 unreadable input",
+        epilog="exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input, 4 no model, "
+        "5 unreadable input",
     )
     p.add_argument(
         "inputs",

@@ -260,7 +260,8 @@ def _bind_parameter(reader: "_Reader", func: str, name: str, default: ast.AST, h
             if k.arg:
                 value, _ = reader.try_ev(k.value)
                 if value is not None:
-                    reader.bind_name(k.arg, value, line, f"default of {func}({name}={k.arg}), run by {how}", 1)
+                    field_label = f"default of {func}({name}={k.arg}), run by {how}"
+                    reader.bind_name(k.arg, value, line, field_label, 1)
         return
     value, _ = reader.try_ev(default)
     if value is not None:

@@ -28,7 +28,9 @@ def _mentions_vram(lines: List[str]) -> bool:
     return any("vram" in line.lower() for line in lines)
 
 
-def vram_findings(tree: Any, lines: List[str], filename: str = "<stdin>", gpu: Optional[str] = None) -> List[Any]:
+def vram_findings(
+    tree: Any, lines: List[str], filename: str = "<stdin>", gpu: Optional[str] = None
+) -> List[Any]:
     """TPF100-TPF102 for one file as :class:`report.VramFinding` records (line, col, code,
     severity, what, evidence, fix).  Nearly free on a file with no ``# vram:`` comment and no
     ``gpu``: one scan of the lines for the word."""
@@ -48,7 +50,8 @@ def vram_findings(tree: Any, lines: List[str], filename: str = "<stdin>", gpu: O
     if gpu:
         _target, why = check_gpu(gpu)
         if why:
-            found.append(error_finding(1, 0, f"vram-gpu '{gpu[:64]}': {why}", "set vram-gpu to a name from `vram-estimate gpus`"))
+            fix = "set vram-gpu to a name from `vram-estimate gpus`"
+            found.append(error_finding(1, 0, f"vram-gpu '{gpu[:64]}': {why}", fix))
             gpu = None
             if not has_comment:
                 return found

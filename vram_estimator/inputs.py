@@ -64,14 +64,18 @@ def decode_python(data: bytes, name: str) -> str:
         return data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
         where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
-        raise InputError(f"{name}: not valid {encoding} text{where} (declare the file's encoding with a coding cookie)")
+        raise InputError(
+            f"{name}: not valid {encoding} text{where} (declare the file's encoding with a coding cookie)"
+        )
 
 
 def read_python_file(path: str) -> str:
     try:
         size = os.path.getsize(path)
         if size > MAX_SCRIPT_BYTES:
-            raise InputError(f"{path}: {size:,} bytes; scripts over {MAX_SCRIPT_BYTES >> 20} MiB are not read")
+            raise InputError(
+                f"{path}: {size:,} bytes; scripts over {MAX_SCRIPT_BYTES >> 20} MiB are not read"
+            )
         with open(path, "rb") as handle:
             data = handle.read()
     except IsADirectoryError:

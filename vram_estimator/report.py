@@ -76,7 +76,9 @@ class VramFinding:
         return f"{self.code} [{self.severity}] {self.what}{evidence}; fix: {self.fix}"
 
 
-def error_finding(line: int, col: int, message: str, fix: str = "correct the '# vram:' comment or option") -> VramFinding:
+def error_finding(
+    line: int, col: int, message: str, fix: str = "correct the '# vram:' comment or option"
+) -> VramFinding:
     """TPF102 for a bad input; a message that carries its own '; fix: ...' keeps it."""
     what, sep, own_fix = message.rpartition("; fix: ")
     if not sep:
@@ -107,26 +109,34 @@ def verdict_finding(result: Result) -> Optional[VramFinding]:
         fitting = sweep.last_fitting()
         at_default = next((e for v, e in sweep.points if v == sweep.default), None)
         if at_default is not None:  # the interval at that value, not one widened for the guess
-            evidence = f"{gib(at_default.lower)}–{gib(at_default.upper)} GiB at {sweep.key} {sweep.default}; " + (
-                evidence_text(est)
-            )
+            at_value = f"{gib(at_default.lower)}–{gib(at_default.upper)} GiB at {sweep.key} {sweep.default}"
+            evidence = f"{at_value}; " + evidence_text(est)
         what = (
             f"projected peak {gib(est.point)} GiB on {name} (usable {gib(est.usable)} GiB) depends on "
             f"{sweep.key}, which was not read ({sweep.key}={sweep.default} {_default_source(sweep, est)}): "
             f"{sweep.summary()}"
         )
         fix = f"state the {sweep.key} ('# vram: {sweep.key}=N' or the script's own setting)"
-        fix += f"; it fits up to {sweep.key} {fitting}" if fitting else f"; at {sweep.key} {sweep.default}: {fix_text(result)}"
+        if fitting:
+            fix += f"; it fits up to {sweep.key} {fitting}"
+        else:
+            fix += f"; at {sweep.key} {sweep.default}: {fix_text(result)}"
         return VramFinding(line, col, "TPF101", "warning", what, evidence, fix)
     if verdict == "oom":
-        what = f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB even at the optimistic end"
+        what = (
+            f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB "
+            "even at the optimistic end"
+        )
         return VramFinding(line, col, "TPF100", "error", what, evidence, fix_text(result))
     if est.point <= est.usable:
-        what = f"projected peak {gib(est.point)} GiB fits {name} usable {gib(est.usable)} GiB but not its error margin"
+        what = (
+            f"projected peak {gib(est.point)} GiB fits {name} usable {gib(est.usable)} GiB "
+            "but not its error margin"
+        )
     else:
         what = (
-            f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB; it fits only at the "
-            "optimistic end"
+            f"projected peak {gib(est.point)} GiB exceeds {name} usable {gib(est.usable)} GiB; "
+            "it fits only at the optimistic end"
         )
     return VramFinding(line, col, "TPF101", "warning", what, evidence, fix_text(result))
 
@@ -153,14 +163,17 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
     for e in result.errors:
         lines.append(f"TPF102 line {e.line}: {e.message}")
     if result.errors:
-        lines.append("no estimate: correct the values above first (nothing is estimated on a value that is wrong)")
+        lines.append(
+            "no estimate: correct the values above first (nothing is estimated on a value that is wrong)"
+        )
         return "\n".join(lines)
     if est is None:
         lines.append(
             "no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)"
         )
         facts = result.facts
-        for note in ([facts.runtime_model] if facts and facts.runtime_model else []) + (facts.notes if facts else []):
+        runtime_model = [facts.runtime_model] if facts and facts.runtime_model else []
+        for note in runtime_model + (facts.notes if facts else []):
             lines.append(f"note: {note}")
         return "\n".join(lines)
     s = est.settings
@@ -257,7 +270,8 @@ def sweep_lines(result: Result) -> List[str]:
         decides = "decides the verdict" if sweep.decides else "does not change the verdict"
         out.append("")
         out.append(
-            f"{sweep.key} was not read ({sweep.key}={sweep.default} {_default_source(sweep, est)}) and {decides}:"
+            f"{sweep.key} was not read ({sweep.key}={sweep.default} {_default_source(sweep, est)}) "
+            f"and {decides}:"
         )
         width = max(6, max(len(str(v)) for v, _ in sweep.points) + 1)
         out.append(f"  {sweep.key:<8}" + "".join(f"{v:>{width}}" for v, _ in sweep.points))
@@ -327,7 +341,9 @@ def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any
                 default=sw.default,
                 decides=sw.decides,
                 points=[
-                    dict(value=v, verdict=e.verdict, lower=int(e.lower), point=int(e.point), upper=int(e.upper))
+                    dict(
+                        value=v, verdict=e.verdict, lower=int(e.lower), point=int(e.point), upper=int(e.upper)
+                    )
                     for v, e in sw.points
                 ],
             )

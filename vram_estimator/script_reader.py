@@ -38,6 +38,7 @@ from .setting_names import dtype_name, interpret
 
 MAX_CHAIN = 64  # longer attribute/call chains are never names we know
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+TORCH_DTYPE_ATTRS = ("bfloat16", "float16", "half", "float32", "float")  # torch.<attr> read as a dtype
 
 
 @dataclass
@@ -72,7 +73,9 @@ class ScriptFacts:
 
 
 class _Reader:
-    def __init__(self, tree: ast.AST, filename: str, overrides: Optional[Dict[str, Tuple[Any, str, int]]] = None):
+    def __init__(
+        self, tree: ast.AST, filename: str, overrides: Optional[Dict[str, Tuple[Any, str, int]]] = None
+    ):
         self.tree = tree
         self.filename = filename or "<script>"
         self.base = os.path.basename(self.filename)
@@ -129,7 +132,7 @@ class _Reader:
             return None
         if isinstance(node, ast.Attribute):
             tail = node.attr
-            if tail in ("bfloat16", "float16", "half", "float32", "float") and self.qual(node).startswith("torch."):
+            if tail in TORCH_DTYPE_ATTRS and self.qual(node).startswith("torch."):
                 return "torch." + tail, ""
             if isinstance(node.value, ast.Name) and tail in self.argparse:
                 value, line = self.argparse[tail]
@@ -252,7 +255,8 @@ class _Reader:
         for node in self.nodes[ast.Import]:
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    self.imports[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    top_level = a.name.split(".")[0]
+                    self.imports[a.asname or top_level] = a.name if a.asname else top_level
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for a in node.names:
                     self.imports[a.asname or a.name] = f"{node.module}.{a.name}"
@@ -336,5 +340,7 @@ def read_source(source: str, filename: str = "<script>") -> ScriptFacts:
 
     tree, error = parse_source(source, filename)
     if tree is None:
-        return ScriptFacts(notes=[error or "script does not parse; only comments were read"], errors=[error or ""])
+        return ScriptFacts(
+            notes=[error or "script does not parse; only comments were read"], errors=[error or ""]
+        )
     return read_script(tree, filename)

@@ -185,7 +185,13 @@ def _hf_args(doc: Doc) -> List[Setting]:
 
 # --------------------------------------------------------------------------- litgpt
 
-LITGPT_QUANTIZE = {"bnb.nf4": "nf4", "bnb.nf4-dq": "nf4", "bnb.fp4": "nf4", "bnb.fp4-dq": "nf4", "bnb.int8": "int8"}
+LITGPT_QUANTIZE = {
+    "bnb.nf4": "nf4",
+    "bnb.nf4-dq": "nf4",
+    "bnb.fp4": "nf4",
+    "bnb.fp4-dq": "nf4",
+    "bnb.int8": "int8",
+}
 
 
 def _litgpt(doc: Doc) -> List[Setting]:
@@ -250,7 +256,8 @@ def _torchtune(doc: Doc) -> List[Setting]:
         if lora:
             rank = _count(model.get("lora_rank"), "lora") or 8
             out.append(Setting("lora", rank, "model.lora_rank", 4))
-            targets = [TORCHTUNE_MODULES.get(m, m) for m in model.get("lora_attn_modules") or [] if isinstance(m, str)]
+            attention_modules = model.get("lora_attn_modules") or []
+            targets = [TORCHTUNE_MODULES.get(m, m) for m in attention_modules if isinstance(m, str)]
             if model.get("apply_lora_to_mlp") is True:
                 targets += ["gate_proj", "up_proj", "down_proj"]
             if model.get("apply_lora_to_output") is True:
@@ -279,8 +286,16 @@ def _torchtune(doc: Doc) -> List[Setting]:
 
 # --------------------------------------------------------------------------- accelerate
 
-FSDP_STRATEGIES = {"full_shard": "fsdp", "1": "fsdp", "shard_grad_op": "zero2", "2": "zero2", "hybrid_shard": "fsdp",
-                   "4": "fsdp", "no_shard": "ddp", "3": "ddp"}
+FSDP_STRATEGIES = {
+    "full_shard": "fsdp",
+    "1": "fsdp",
+    "shard_grad_op": "zero2",
+    "2": "zero2",
+    "hybrid_shard": "fsdp",
+    "4": "fsdp",
+    "no_shard": "ddp",
+    "3": "ddp",
+}
 
 
 def _accelerate(doc: Doc) -> List[Setting]:
@@ -304,7 +319,8 @@ def _accelerate(doc: Doc) -> List[Setting]:
             out.append(Setting("offload", offload, "deepspeed_config", 4))
     elif kind == "FSDP":
         strategy = str(fsdp.get("fsdp_sharding_strategy", "full_shard")).lower()
-        out.append(Setting("sharding", FSDP_STRATEGIES.get(strategy, "fsdp"), "fsdp_config.fsdp_sharding_strategy", 4))
+        sharding = FSDP_STRATEGIES.get(strategy, "fsdp")
+        out.append(Setting("sharding", sharding, "fsdp_config.fsdp_sharding_strategy", 4))
         if fsdp.get("fsdp_offload_params") is True:
             out.append(Setting("offload", "both", "fsdp_config.fsdp_offload_params", 4))
     elif kind in ("MULTI_GPU", "MULTI_NPU", "MULTI_XPU"):
@@ -325,21 +341,28 @@ def _is_torchtune(d: Dict[str, Any]) -> bool:
 
 def _is_litgpt(d: Dict[str, Any]) -> bool:
     train = d.get("train")
-    return "checkpoint_dir" in d or "lora_query" in d or (isinstance(train, dict) and "micro_batch_size" in train)
+    has_micro_batch = isinstance(train, dict) and "micro_batch_size" in train
+    return "checkpoint_dir" in d or "lora_query" in d or has_micro_batch
 
 
 def _is_axolotl(d: Dict[str, Any]) -> bool:
     return "base_model" in d and _has(d, "sequence_len", "micro_batch_size", "adapter", "datasets")
 
 
+def _is_deepspeed(d: Dict[str, Any]) -> bool:
+    return _has(d, "zero_optimization", "train_micro_batch_size_per_gpu")
+
+
 def _is_hf_args(d: Dict[str, Any]) -> bool:
-    return _has(d, "per_device_train_batch_size", "model_name_or_path") or ("output_dir" in d and "learning_rate" in d)
+    return _has(d, "per_device_train_batch_size", "model_name_or_path") or (
+        "output_dir" in d and "learning_rate" in d
+    )
 
 
 FORMATS: List[Tuple[str, Callable[[Dict[str, Any]], bool], Callable[[Doc], List[Setting]]]] = [
     ("torchtune recipe", _is_torchtune, _torchtune),
     ("accelerate config", lambda d: _has(d, "compute_environment", "distributed_type"), _accelerate),
-    ("DeepSpeed config", lambda d: _has(d, "zero_optimization", "train_micro_batch_size_per_gpu"), _deepspeed),
+    ("DeepSpeed config", _is_deepspeed, _deepspeed),
     ("litgpt config", _is_litgpt, _litgpt),
     ("axolotl config", _is_axolotl, _axolotl),
     ("Hugging Face arguments", _is_hf_args, _hf_args),
@@ -353,4 +376,3 @@ def recognise(doc: Doc) -> Optional[Tuple[str, Callable[[Doc], List[Setting]]]]:
         if detect(doc.data):
             return name, read
     return None
-
