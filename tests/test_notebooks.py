@@ -143,7 +143,7 @@ def test_noqa_per_line_in_a_cell(tmp_path):
 
 def test_a_cell_that_does_not_parse_is_reported_and_the_rest_checked(tmp_path):
     make_notebook(tmp_path / "n.ipynb", SETUP, "def broken(:\n    pass", MODEL,
-                         TRAIN.format(comment=""))
+                  TRAIN.format(comment=""))
     out = run(["check", "--isolated", "n.ipynb"], tmp_path)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.startswith("tpf: error: n.ipynb: cell 2: syntax error: ")

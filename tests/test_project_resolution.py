@@ -1,12 +1,11 @@
 """Cross-file resolution: a model class imported from a file next to the linted one."""
 from __future__ import annotations
 
+import ast
 import os
 import textwrap
 
-import ast
-
-from flake8_torch_preflight.analysis import FileAnalysis, project
+from flake8_torch_preflight.analysis import FileAnalysis
 from flake8_torch_preflight.engine import lint_source
 
 MODEL = '''
