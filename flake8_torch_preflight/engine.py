@@ -74,7 +74,7 @@ def lint_source(source: str, filename: str = "<stdin>",
         return []
     try:
         tree = ast.parse(source, filename=filename)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):   # too deep for Python too
         return []
     return lint_tree(tree, filename, rules)
 

@@ -26,7 +26,11 @@ def per_file(topic: str, guard: Any = None, key_args: Optional[int] = None) -> C
             if found is not _COMPUTING:
                 return found
             table[key] = guard
-            answer = question(analysis, *args)
+            try:
+                answer = question(analysis, *args)
+            except BaseException:
+                table.pop(key, None)   # no answer: a later asker must not take the guard for one
+                raise
             table[key] = answer
             return answer
         return memoised  # type: ignore[return-value]

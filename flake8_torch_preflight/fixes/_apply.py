@@ -53,7 +53,7 @@ def apply_fixes(source: str, filename: str = "<stdin>",
         return FixResult(source)
     try:
         tree = ast.parse(source, filename=filename)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):   # too deep for Python too
         return FixResult(source)
     all_findings = lint_tree(tree, filename)
     wanted = [f for f in all_findings
@@ -63,11 +63,13 @@ def apply_fixes(source: str, filename: str = "<stdin>",
     result = FixResult(source)
     try:
         module = cst.parse_module(source)
-    except Exception:   # LibCST's grammar lags CPython's in rare corners
+        # LibCST computes positions recursively: a deep expression (500 implicitly joined
+        # strings, nested lambdas) raises RecursionError (then KeyErrors) from here
+        positions = dict(MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider))
+    except Exception:   # LibCST's grammar lags CPython's in rare corners; deep nesting
         result.skipped = [(f, "LibCST cannot parse this file") for f in wanted]
         return result
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    ctx = Context(source, filename, tree, module, dict(wrapper.resolve(PositionProvider)))
+    ctx = Context(source, filename, tree, module, positions)
     planned = _plan_edits(ctx, wanted, result)
     if planned:
         _apply_confirmed(module, filename, Counter(f.code for f in all_findings), planned, result)
