@@ -154,3 +154,21 @@ def test_two_different_classes_joined_are_no_class():
     assert join(Value(cls=a), Value(cls=b)).cls is None
     assert join(Value(cls=a), Value()).cls is a
     assert join(Value(cls=a), Value(cls=a)).cls is a
+
+
+def test_imports_are_followed_three_files_deep_and_no_further(tmp_path):
+    """The cost of one linted file is bounded: its imports, theirs and theirs again are read,
+    a fourth hop is not (what it defines is unknown, so rules stay quiet about it)."""
+    from flake8_torch_preflight.analysis import workspace
+
+    names = ["train", "engine", "models", "layers", "kernels"]
+    for here, there in zip(names, names[1:]):
+        (tmp_path / f"{here}.py").write_text(f"import {there}\n")
+    (tmp_path / "kernels.py").write_text("X = 1\n")
+    workspace.clear()
+    analysis = FileAnalysis(ast.parse("import engine\n"), str(tmp_path / "train.py"))
+    seen = []
+    for there in names[1:]:
+        analysis = analysis.other_file(str(tmp_path / f"{there}.py")) if analysis else None
+        seen.append(analysis is not None)
+    assert seen == [True, True, True, False]

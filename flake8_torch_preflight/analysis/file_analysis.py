@@ -22,6 +22,10 @@ from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
 from .questions import Does
 from .values import Value, join
 
+# How far imports are followed: the linted file's own imports and theirs. A file further
+# away is not read, and what it defines is unknown (rules stay quiet about it).
+MAX_IMPORT_DEPTH = 3
+
 FRAMEWORK_IMPORTS = {
     "lightning": ("lightning", "pytorch_lightning", "lightning.pytorch"),
     "fabric": ("lightning.fabric", "lightning_fabric", "lightning.Fabric"),
@@ -32,9 +36,10 @@ FRAMEWORK_IMPORTS = {
 
 
 class FileAnalysis:
-    def __init__(self, tree: ast.Module, filename: str = "<stdin>") -> None:
+    def __init__(self, tree: ast.Module, filename: str = "<stdin>", depth: int = 0) -> None:
         self.tree = tree
         self.filename = filename
+        self.depth = depth   # import hops from the linted file (0: the linted file itself)
         self.imports = ImportTable(tree)
         self.index = FileIndex(tree, self.imports)
         for func in self.index.functions:
@@ -68,7 +73,11 @@ class FileAnalysis:
         as this analysis, so the functions and classes it hands out stay its own)."""
         other = self._others.get(path)
         if other is None and path not in self._others:
-            other = workspace.analysis_of(path, FileAnalysis)
+            other = None
+            if self.depth < MAX_IMPORT_DEPTH:
+                depth = self.depth + 1
+                other = workspace.analysis_of(
+                    path, lambda tree, name: FileAnalysis(tree, name, depth), depth)
             self._others[path] = other
         return other
 

@@ -17,20 +17,21 @@ from typing import Callable, Optional, Tuple, TypeVar
 
 T = TypeVar("T")
 _MAX_CACHED = 4
-# path -> (mtime, analysis or None when it does not parse)
-_CACHE: "OrderedDict[str, Tuple[float, object]]" = OrderedDict()
+# (path, import depth) -> (mtime, analysis or None when it does not parse)
+_CACHE: "OrderedDict[Tuple[str, int], Tuple[float, object]]" = OrderedDict()
 
 
-def analysis_of(path: str, build: Callable[[ast.Module, str], T]) -> Optional[T]:
-    """`build(tree, path)` for the file at `path`, cached; None when it is missing,
-    unreadable or does not parse."""
+def analysis_of(path: str, build: Callable[[ast.Module, str], T], depth: int = 1) -> Optional[T]:
+    """`build(tree, path)` for the file at `path` seen `depth` import hops from the linted
+    file, cached; None when it is missing, unreadable or does not parse."""
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         return None
-    cached = _CACHE.get(path)
+    key = (path, depth)
+    cached = _CACHE.get(key)
     if cached is not None and cached[0] == mtime:
-        _CACHE.move_to_end(path)
+        _CACHE.move_to_end(key)
         return cached[1]   # type: ignore[return-value]
     try:
         with open(path, "rb") as handle:
@@ -38,7 +39,7 @@ def analysis_of(path: str, build: Callable[[ast.Module, str], T]) -> Optional[T]
         analysis = build(tree, path)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         analysis = None
-    _CACHE[path] = (mtime, analysis)
+    _CACHE[key] = (mtime, analysis)
     while len(_CACHE) > _MAX_CACHED:
         _CACHE.popitem(last=False)
     return analysis
