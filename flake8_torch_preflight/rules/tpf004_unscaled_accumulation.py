@@ -77,16 +77,22 @@ Adam-style optimizer with no clip and no coupled L2 decay in the window. A divis
 backward inside `optimizer.step(closure)` and windows split across files are not seen.
 Quiet too when the function normalises the accumulated gradients in place before its step
 (`p.grad /= n`, `p.grad.mul_(s)`, `torch._foreach_mul_(grads, s)`, or a helper that does,
-such as torchtune's `scale_grads(model, 1 / num_tokens)`).
+such as torchtune's `scale_grads(model, 1 / num_tokens)`), and when, between the last
+backward and the step, a call the analysis cannot read is given the model or its parameters
+(the same helper from an installed package): it may be the normalisation. Calls named for
+clipping or logging, and the methods of Accelerate, Fabric, DeepSpeed and `GradScaler`, are
+known not to normalise.
 """
 from __future__ import annotations
 
+import ast
 from typing import Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..analysis.accumulation import (Window, backwarded_expr, every_step_resets, helper_backwards,
                                      undivided_from_unread_code, windows)
+from ..analysis.astutil import dotted
 from ..analysis.epochs import argument_for
 from ..analysis.events import Backward, LocalCall
 from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls,
@@ -104,7 +110,7 @@ class UnscaledAccumulation(Rule):
         for window in windows(analysis):
             if window.owner is not None:
                 continue
-            if _scales_gradients(analysis, window):
+            if _scales_gradients(analysis, window) or _model_given_away_before_step(window):
                 continue   # normalised on the gradients (`scale_grads(model, 1 / num_tokens)`)
             undivided = _undivided_backwards(analysis, window, deep=False)
             effect = None
@@ -145,6 +151,54 @@ def _scales_gradients(analysis, window: Window) -> bool:
     if facts.func is not None:
         return analysis.function_does(facts.func, Does.SCALE_GRADS)
     return analysis.loop_does(facts, window.loop, Does.SCALE_GRADS)
+
+
+def _model_given_away_before_step(window: Window) -> bool:
+    """Between the window's last backward and its step, a call the analysis cannot see into
+    is given the model or its parameters (`training.scale_grads(model, 1 / num_tokens)` of an
+    installed package): it may normalise the gradients, so "never divided" is not proven."""
+    facts, step = window.facts, window.first_step
+    last_backward = max(b.site.line for b in window.backwards)
+    models = _model_texts(facts)
+    for call in facts.calls:
+        if not call.unseen or not last_backward < call.site.line <= step.line \
+                or not call.site.in_loop(window.loop) or _known_not_to_scale(call):
+            continue
+        arguments = list(call.node.args) + [kw.value for kw in call.node.keywords]
+        if any(dotted(arg) in models or _parameters_of(arg, models) for arg in arguments):
+            return True
+    return False
+
+
+# Framework objects whose methods the analysis knows (none normalises gradients), and calls
+# named for clipping or logging.
+_FRAMEWORK_TAGS = (V.ACCELERATOR, V.FABRIC, V.ENGINE, V.SCALER)
+_NOT_SCALING_WORDS = ("clip", "log", "print", "barrier", "wait", "gather", "reduce")
+
+
+def _known_not_to_scale(call) -> bool:
+    receiver = call.receiver
+    if receiver is not None and any(receiver.has(tag) for tag in _FRAMEWORK_TAGS):
+        return True
+    name = (call.method or (call.qualname or "").rsplit(".", 1)[-1]).lower()
+    return any(word in name for word in _NOT_SCALING_WORDS)
+
+
+def _model_texts(facts) -> set:
+    """What the function treats as the model: asked for its parameters (`model.parameters()`
+    for a clip or the optimizer), or holding a module."""
+    texts = {dotted(call.node.func.value) for call in facts.calls
+             if isinstance(call.node.func, ast.Attribute)
+             and call.node.func.attr in ("parameters", "named_parameters")}
+    texts |= {name for name, value in facts.env.items() if value.has(V.MODULE)}
+    return texts - {None}
+
+
+def _parameters_of(arg: ast.expr, models: set) -> bool:
+    """`model.parameters()` / `list(model.parameters())` given as the argument."""
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("parameters", "named_parameters")
+               and dotted(node.func.value) in models for node in ast.walk(arg))
 
 
 def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:
