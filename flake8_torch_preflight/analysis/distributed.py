@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from . import torchapi as api
 from . import values as V
-from .astutil import dotted, is_const, keyword
+from .astutil import dotted, is_const, keyword, target_texts
 from .constants import unreachable
 from .epochs import argument_for, epoch_loops, iterated_loaders, loaders_per_epoch
 from .memo import per_file
@@ -68,7 +68,7 @@ def scope_of(analysis, facts: FunctionFacts) -> Scope:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                for elt in _names(target):
+                for elt in target_texts(target):
                     producers.setdefault(elt, []).append(node.value)
     tainted: Set[str] = set()
     changed = True
@@ -394,18 +394,6 @@ def sets_epoch(analysis, facts: FunctionFacts, loop: ast.AST, sampler_node: ast.
 
 
 # ------------------------------------------------------------------------ utilities
-def _names(target) -> Iterable[str]:
-    if isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _names(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _names(target.value)
-    else:
-        text = dotted(target)
-        if text:
-            yield text
-
-
 def _walk_local(body):
     todo = list(body)
     while todo:
