@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from . import torchapi as api
 from . import values as V
-from .astutil import dotted, keyword
+from .astutil import dotted, keyword, target_texts
 from .events import CallSite, FunctionFacts
 from .memo import per_file
 from .questions import Does
@@ -257,27 +257,14 @@ def loop_mutations(analysis, facts: FunctionFacts, loop: ast.AST) -> Set[str]:
             text = dotted(call.node.func.value)
             if text is not None:
                 names.add(text)
-    for target in _flat(getattr(loop, "target", None)):
-        text = dotted(target)
-        if text is not None:
-            names.add(text)      # the loop's own variable changes every iteration
+    names |= loop_targets(loop)   # the loop's own variable changes every iteration
     names |= facts.loop_writes.get(loop, frozenset())
     return names
 
 
 def loop_targets(loop: ast.AST) -> Set[str]:
     """Names a `for` loop binds in its header (`x`, `y` in `for x, y in loader`)."""
-    return {t for t in (dotted(e) for e in _flat(getattr(loop, "target", None))) if t}
-
-
-def _flat(target):
-    if isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _flat(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _flat(target.value)
-    elif target is not None:
-        yield target
+    return set(target_texts(getattr(loop, "target", None)))
 
 
 # ---------------------------------------------------------------------- per-step code
