@@ -6,8 +6,8 @@ lets the handler check the qualified name it needs (a Lightning ``Trainer`` is n
 Keywords meaningful on any call (``attn_implementation=``, ``max_length=``) and file names
 passed to any call (a DeepSpeed JSON, a YAML config) are read after the handler.
 
-Library knowledge lives in the tables here; ``script_reader`` only binds names and
-dispatches.
+Library knowledge lives in the tables here (the ones config files name too in :mod:`.tables`);
+``script_reader`` only binds names and dispatches.
 """
 
 from __future__ import annotations
@@ -17,30 +17,15 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional
 
 from . import db
 from .config_comments import ATTENTIONS
+from .configs.formats import read_deepspeed
 from .setting_names import optimizer_name
+from .tables import LIGHTNING_PRECISION, OPTIMIZER_CLASSES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .script_reader import _Reader
 
 Handler = Callable[["_Reader", ast.Call, str], None]
 
-OPTIMIZER_CLASSES = {
-    "adamw": "adamw",
-    "adam": "adam",
-    "fusedadam": "adam",
-    "sgd": "sgd",
-    "adafactor": "adafactor",
-    "adamw8bit": "adamw-8bit",
-    "adam8bit": "adamw-8bit",
-    "pagedadamw8bit": "paged-adamw-8bit",
-    "pagedadam8bit": "paged-adamw-8bit",
-    "pagedadamw": "paged-adamw",
-    "pagedadamw32bit": "paged-adamw",
-    "lion": "lion",
-    "lion8bit": "lion-8bit",
-    "deepspeedcpuadam": "adamw",
-    "adamwschedulefree": "adamw",
-}
 OPTIMIZER_MODULES = (
     "torch.optim",
     "bitsandbytes",
@@ -84,17 +69,6 @@ NOT_MODELS = (
     "GenerationConfig",
     "PeftConfig",
 )
-LIGHTNING_PRECISION = {
-    "16": "fp16-mixed",
-    "16-mixed": "fp16-mixed",
-    "bf16": "bf16-mixed",
-    "bf16-mixed": "bf16-mixed",
-    "32": "fp32",
-    "32-true": "fp32",
-    "bf16-true": "bf16",
-    "16-true": "fp16",
-    "transformer-engine": "bf16-mixed",
-}
 GENERATION_TASKS = (
     "text-generation",
     "text2text-generation",
@@ -387,8 +361,6 @@ def _lightning_strategy(reader: "_Reader", strat: Optional[ast.AST], line: int) 
 
 def _deepspeed_config(reader: "_Reader", node: ast.AST, line: int) -> None:
     """A DeepSpeed config given as a dict literal, a name bound to one, or a JSON file name."""
-    from .configs.formats import read_deepspeed
-
     where = line
     if isinstance(node, ast.Name) and node.id in reader.dicts_by_name:
         config = reader.try_ev(reader.dicts_by_name[node.id])[0]

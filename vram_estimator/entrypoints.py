@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from . import db
 from .config_comments import Value
 from .folding import Unknown, _arith, checked
+from .tables import LITGPT_LORA_ROLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .script_reader import _Reader
@@ -38,15 +39,6 @@ ENTRY_CALLS = {
 # option factories whose first positional argument (or default=) is the default
 OPTION_DEFAULTS = ("typer.Option", "typer.Argument")
 CLI_LIBRARIES = ("click", "typer")
-# litgpt LoRA switches -> the linears they put adapters on (Hugging Face names)
-LITGPT_LORA_ROLES = {
-    "lora_query": ("q_proj",),
-    "lora_key": ("k_proj",),
-    "lora_value": ("v_proj",),
-    "lora_projection": ("o_proj",),
-    "lora_mlp": ("gate_proj", "up_proj", "down_proj"),
-    "lora_head": ("lm_head",),
-}
 
 
 # --------------------------------------------------------------------------- entry points

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import db
-from ..call_handlers import LIGHTNING_PRECISION, OPTIMIZER_CLASSES
 from ..config_comments import LIMITS
-from ..entrypoints import LITGPT_LORA_ROLES
 from ..setting_names import interpret, optimizer_name
+from ..tables import LIGHTNING_PRECISION, LITGPT_LORA_ROLES, OPTIMIZER_CLASSES
 from .loader import Doc
 
 
