@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import db
+from .hf_local import model_from_local
 
 PREFIX = re.compile(r"^#+\s*vram\s*:", re.I)
 
@@ -294,8 +295,6 @@ def check_gpu(text: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
 
 def _local_model(text: str) -> Optional[Any]:
     """A model folder or cached Hub id with a config.json we can count (see hf_local)."""
-    from .inputs import model_from_local
-
     model, _looked, _why = model_from_local(text, None)
     return model
 

@@ -11,14 +11,17 @@ configuration is local:
    names, else the newest snapshot.
 
 :func:`find_model_config` returns the file or, when there is none, every place it looked, so the
-"unknown model" message can say how to fix it.
+"unknown model" message can say how to fix it; :func:`model_from_local` counts the model the
+file describes.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
+
+from . import db
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
 
@@ -93,3 +96,18 @@ def find_model_config(ident: str, base_dir: Optional[str] = None) -> Tuple[Optio
             if found:
                 return found, []
     return None, looked
+
+
+def model_from_local(text: str, base_dir: Optional[str]) -> Tuple[Optional[Any], List[str], Optional[str]]:
+    """``(Model, [], None)``, or ``(None, places looked, why it is unusable)``."""
+    path, looked = find_model_config(text, base_dir)
+    if path is None:
+        return None, looked, None
+    model = db.load_hf_config(path, name=text)
+    if model is None:
+        return None, looked, (
+            f"model '{text[:120]}': {path} is not a configuration we can count (its model_type is "
+            "not a family we model, or it is incomplete); fix: name an architecture ('# vram: "
+            "model=llama-3-8b') or a size ('# vram: params=7B')"
+        )
+    return model, [], None

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import db
 from .configs import read_config
 from .folding import Folder
+from .hf_local import model_from_local
 from .script_reader import ScriptFacts
 
 MAX_SCRIPT_BYTES = 10 << 20
@@ -224,23 +225,6 @@ def resolve_model_text(
     if problems is not None:
         problems.add(line, why or unknown_model_message(text, looked))
     return None
-
-
-def model_from_local(text: str, base_dir: Optional[str]) -> Tuple[Optional[Any], List[str], Optional[str]]:
-    """``(Model, [], None)``, or ``(None, places looked, why it is unusable)``."""
-    from .hf_local import find_model_config
-
-    path, looked = find_model_config(text, base_dir)
-    if path is None:
-        return None, looked, None
-    model = db.load_hf_config(path, name=text)
-    if model is None:
-        return None, looked, (
-            f"model '{text[:120]}': {path} is not a configuration we can count (its model_type is "
-            "not a family we model, or it is incomplete); fix: name an architecture ('# vram: "
-            "model=llama-3-8b') or a size ('# vram: params=7B')"
-        )
-    return model, [], None
 
 
 def apply_models(facts: ScriptFacts, script_path: Optional[str], problems: Problems) -> None:
