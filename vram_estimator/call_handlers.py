@@ -13,18 +13,16 @@ Library knowledge lives in the tables here (the ones config files name too in :m
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Callable, Dict, Optional
+from typing import Callable, Dict, Optional
 
 from . import db
 from .config_comments import ATTENTIONS
 from .configs.formats import read_deepspeed
+from .script_state import ScriptState
 from .setting_names import optimizer_name
 from .tables import LIGHTNING_PRECISION, OPTIMIZER_CLASSES
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .script_reader import _Reader
-
-Handler = Callable[["_Reader", ast.Call, str], None]
+Handler = Callable[[ScriptState, ast.Call, str], None]
 
 OPTIMIZER_MODULES = (
     "torch.optim",
@@ -82,7 +80,7 @@ SEQ_KEYWORDS = ("max_length", "max_seq_length", "block_size", "seq_len")
 # --------------------------------------------------------------------------- dispatch
 
 
-def on_call(reader: "_Reader", call: ast.Call) -> None:
+def on_call(reader: ScriptState, call: ast.Call) -> None:
     q = reader.qual(call.func)
     last = q.rsplit(".", 1)[-1]
     handler = HANDLERS.get(last)
@@ -95,7 +93,7 @@ def on_call(reader: "_Reader", call: ast.Call) -> None:
     _generic_keywords(reader, call, last)
 
 
-def _generic_keywords(reader: "_Reader", call: ast.Call, last: str) -> None:
+def _generic_keywords(reader: ScriptState, call: ast.Call, last: str) -> None:
     for k in call.keywords:
         if k.arg == "attn_implementation":
             v, how = reader.try_ev(k.value)
@@ -114,7 +112,7 @@ def _generic_keywords(reader: "_Reader", call: ast.Call, last: str) -> None:
 # --------------------------------------------------------------------------- models
 
 
-def _from_pretrained(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _from_pretrained(reader: ScriptState, call: ast.Call, q: str) -> None:
     owner = q.rsplit(".", 1)[0].split(".")[-1]
     if any(s in owner for s in NOT_MODELS):
         return
@@ -149,7 +147,7 @@ def _from_pretrained(reader: "_Reader", call: ast.Call, q: str) -> None:
         reader.mark("causal", line, owner)
 
 
-def _quantisation(reader: "_Reader", call: ast.Call, line: int) -> None:
+def _quantisation(reader: ScriptState, call: ast.Call, line: int) -> None:
     for name in ("torch_dtype", "dtype"):
         node = reader.kw(call, name)
         if node is not None:
@@ -167,7 +165,7 @@ def _quantisation(reader: "_Reader", call: ast.Call, line: int) -> None:
         _bnb(reader, qc, reader.qual(qc.func))
 
 
-def _bnb(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _bnb(reader: ScriptState, call: ast.Call, q: str) -> None:
     if reader.qual(call.func).split(".")[-1] != "BitsAndBytesConfig":
         return
     if reader.value_of(call, "load_in_4bit")[0] is True:
@@ -176,14 +174,14 @@ def _bnb(reader: "_Reader", call: ast.Call, q: str) -> None:
         reader.put("precision", "int8", call.lineno, 5, "BitsAndBytesConfig(load_in_8bit=True)")
 
 
-def _timm(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _timm(reader: ScriptState, call: ast.Call, q: str) -> None:
     if q.startswith("timm"):
         name, how = reader.value_of(call, "model_name", pos=0)
         if isinstance(name, str):
             reader.model_ref(name, call.lineno, how, prio=3)
 
 
-def _pipeline(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _pipeline(reader: ScriptState, call: ast.Call, q: str) -> None:
     line = call.lineno
     task, _ = reader.value_of(call, "task", pos=0)
     model, how = reader.value_of(call, "model")
@@ -198,7 +196,7 @@ def _pipeline(reader: "_Reader", call: ast.Call, q: str) -> None:
 # --------------------------------------------------------------------------- adapters
 
 
-def _lora_config(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _lora_config(reader: ScriptState, call: ast.Call, q: str) -> None:
     line = call.lineno
     r, how = reader.value_of(call, "r")
     rank = r if isinstance(r, int) and not isinstance(r, bool) and 0 < r <= 1 << 16 else None
@@ -212,17 +210,17 @@ def _lora_config(reader: "_Reader", call: ast.Call, q: str) -> None:
         reader.put("lora_targets", [str(t) for t in targets][:64], line, 3)
 
 
-def _peft_model(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _peft_model(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.put("lora", 8, call.lineno, 0, "get_peft_model, LoRA rank defaulted to 8", guessed=True)
 
 
-def _kbit_training(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _kbit_training(reader: ScriptState, call: ast.Call, q: str) -> None:
     flag, how = reader.value_of(call, "use_gradient_checkpointing")
     if flag is None or flag is True:
         reader.put("checkpointing", "on", call.lineno, 3, how or q.rsplit(".", 1)[-1])
 
 
-def _litgpt_lora(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _litgpt_lora(reader: ScriptState, call: ast.Call, q: str) -> None:
     if q.startswith("litgpt") or "lora" in q:
         how = "litgpt mark_only_lora_as_trainable, rank not read (default 8)"
         reader.put("lora", 8, call.lineno, 0, how, guessed=True)
@@ -231,16 +229,16 @@ def _litgpt_lora(reader: "_Reader", call: ast.Call, q: str) -> None:
 # --------------------------------------------------------------------------- training setup
 
 
-def _checkpointing(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _checkpointing(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.put("checkpointing", "on", call.lineno, 4)
 
 
-def _torch_checkpoint(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _torch_checkpoint(reader: ScriptState, call: ast.Call, q: str) -> None:
     if q.startswith("torch.utils.checkpoint"):
         reader.put("checkpointing", "on", call.lineno, 4, "torch.utils.checkpoint")
 
 
-def _hf_args(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _hf_args(reader: ScriptState, call: ast.Call, q: str) -> None:
     last = q.rsplit(".", 1)[-1]
     if not (q.startswith(("transformers", "trl")) or q == last):
         return
@@ -278,7 +276,7 @@ def _hf_args(reader: "_Reader", call: ast.Call, q: str) -> None:
             reader.put("offload", "both", line, 3)
 
 
-def _hf_argument_parser(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _hf_argument_parser(reader: ScriptState, call: ast.Call, q: str) -> None:
     """``HfArgumentParser((ModelArguments, ..., TrainingArguments))``: the run's arguments come
     from the command line or a JSON/YAML file, on top of the dataclasses' defaults."""
     if not q.startswith("transformers") and q != "HfArgumentParser":
@@ -295,7 +293,7 @@ def _hf_argument_parser(reader: "_Reader", call: ast.Call, q: str) -> None:
     reader.mark("args_file", call.lineno, "HfArgumentParser")
 
 
-def _hf_trainer(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _hf_trainer(reader: ScriptState, call: ast.Call, q: str) -> None:
     last = q.rsplit(".", 1)[-1]
     lightning = reader.imports.get(last, "").startswith(("pytorch_lightning", "lightning"))
     if last == "Trainer" and q.startswith(("pytorch_lightning", "lightning")):
@@ -314,7 +312,7 @@ def _hf_trainer(reader: "_Reader", call: ast.Call, q: str) -> None:
             reader.put("seq", v, line, 3, how)
 
 
-def _lightning(reader: "_Reader", call: ast.Call) -> None:
+def _lightning(reader: ScriptState, call: ast.Call) -> None:
     line = call.lineno
     reader.mark("lightning", line, "Lightning Trainer")
     target = reader.assigned_to.get(id(call))
@@ -333,7 +331,7 @@ def _lightning(reader: "_Reader", call: ast.Call) -> None:
     _lightning_strategy(reader, reader.kw(call, "strategy"), line)
 
 
-def _lightning_strategy(reader: "_Reader", strat: Optional[ast.AST], line: int) -> None:
+def _lightning_strategy(reader: ScriptState, strat: Optional[ast.AST], line: int) -> None:
     sv, how = reader.try_ev(strat)
     if isinstance(sv, str):
         s = sv.lower()
@@ -359,7 +357,7 @@ def _lightning_strategy(reader: "_Reader", strat: Optional[ast.AST], line: int) 
             reader.put("sharding", "ddp", line, 3)
 
 
-def _deepspeed_config(reader: "_Reader", node: ast.AST, line: int) -> None:
+def _deepspeed_config(reader: ScriptState, node: ast.AST, line: int) -> None:
     """A DeepSpeed config given as a dict literal, a name bound to one, or a JSON file name."""
     where = line
     if isinstance(node, ast.Name) and node.id in reader.dicts_by_name:
@@ -375,7 +373,7 @@ def _deepspeed_config(reader: "_Reader", node: ast.AST, line: int) -> None:
             reader.put(setting.key, setting.value, where, setting.prio, "DeepSpeed config")
 
 
-def _deepspeed_initialize(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _deepspeed_initialize(reader: ScriptState, call: ast.Call, q: str) -> None:
     if not q.startswith("deepspeed"):
         return
     reader.mark("train", call.lineno, "DeepSpeed engine")
@@ -384,28 +382,28 @@ def _deepspeed_initialize(reader: "_Reader", call: ast.Call, q: str) -> None:
         _deepspeed_config(reader, cfg, call.lineno)
 
 
-def _dataloader(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _dataloader(reader: ScriptState, call: ast.Call, q: str) -> None:
     v, how = reader.value_of(call, "batch_size", pos=1)
     if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 20:
         reader.put("batch", v, call.lineno, 2, how)
 
 
-def _ddp(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _ddp(reader: ScriptState, call: ast.Call, q: str) -> None:
     if "parallel" in q.lower():
         reader.put("sharding", "ddp", call.lineno, 2)
 
 
-def _fsdp(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _fsdp(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.put("sharding", "fsdp", call.lineno, 3)
 
 
-def _accelerator(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _accelerator(reader: ScriptState, call: ast.Call, q: str) -> None:
     mp, how = reader.value_of(call, "mixed_precision")
     if isinstance(mp, str) and mp in ("bf16", "fp16"):
         reader.put("precision", mp + "-mixed", call.lineno, 3, how)
 
 
-def _autocast(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _autocast(reader: ScriptState, call: ast.Call, q: str) -> None:
     if not ("amp" in q or q.startswith("torch")):
         return
     dt = reader.dtype_of(reader.kw(call, "dtype"))
@@ -415,15 +413,15 @@ def _autocast(reader: "_Reader", call: ast.Call, q: str) -> None:
         reader.put("precision", "fp16-mixed", call.lineno, 2)
 
 
-def _grad_scaler(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _grad_scaler(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.put("precision", "fp16-mixed", call.lineno, 2, "GradScaler")
 
 
-def _sdpa(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _sdpa(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.put("attention", "sdpa", call.lineno, 1)
 
 
-def _optimizer(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _optimizer(reader: ScriptState, call: ast.Call, q: str) -> None:
     last = q.rsplit(".", 1)[-1]
     if not (q.startswith(OPTIMIZER_MODULES) or "optim" in q.lower()):
         return
@@ -440,23 +438,23 @@ def _optimizer(reader: "_Reader", call: ast.Call, q: str) -> None:
 # --------------------------------------------------------------------------- mode
 
 
-def _backward(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _backward(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.mark("train", call.lineno, ".backward()")
 
 
-def _fit(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _fit(reader: ScriptState, call: ast.Call, q: str) -> None:
     base = call.func.value if isinstance(call.func, ast.Attribute) else None
     if isinstance(base, ast.Name) and base.id in reader.lightning_trainers:
         reader.mark("train", call.lineno, "Lightning Trainer.fit")
 
 
-def _train(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _train(reader: ScriptState, call: ast.Call, q: str) -> None:
     base = call.func.value if isinstance(call.func, ast.Attribute) else None
     if isinstance(base, ast.Name) and base.id in reader.hf_trainers:
         reader.mark("train", call.lineno, "Trainer.train()")
 
 
-def _generate(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _generate(reader: ScriptState, call: ast.Call, q: str) -> None:
     line = call.lineno
     reader.mark("generate", line, ".generate()")
     v, how = reader.value_of(call, "max_new_tokens")
@@ -467,12 +465,12 @@ def _generate(reader: "_Reader", call: ast.Call, q: str) -> None:
         reader.put("context", v, line, 3, how)
 
 
-def _model_cast(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _model_cast(reader: ScriptState, call: ast.Call, q: str) -> None:
     if isinstance(call.func, ast.Attribute) and reader.is_model(call.func.value):
         reader.put("precision", "fp16" if call.func.attr == "half" else "bf16", call.lineno, 2)
 
 
-def _model_to(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _model_to(reader: ScriptState, call: ast.Call, q: str) -> None:
     if not (isinstance(call.func, ast.Attribute) and reader.is_model(call.func.value)):
         return
     for a in list(call.args) + [k.value for k in call.keywords if k.arg == "dtype"]:
@@ -481,19 +479,19 @@ def _model_to(reader: "_Reader", call: ast.Call, q: str) -> None:
             reader.put("precision", dt, call.lineno, 2)
 
 
-def _model_eval(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _model_eval(reader: ScriptState, call: ast.Call, q: str) -> None:
     if isinstance(call.func, ast.Attribute) and reader.is_model(call.func.value):
         reader.mark("inference", call.lineno, "model.eval()")
 
 
-def _torchvision(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _torchvision(reader: ScriptState, call: ast.Call, q: str) -> None:
     last = q.rsplit(".", 1)[-1]
     key = db.find_model(last)
     if key:
         reader.put("model", key, call.lineno, 3)
 
 
-def _image_transform(reader: "_Reader", call: ast.Call, q: str) -> None:
+def _image_transform(reader: ScriptState, call: ast.Call, q: str) -> None:
     last = q.rsplit(".", 1)[-1]
     v, how = reader.value_of(call, "size", pos=0)
     if isinstance(v, list) and v:
@@ -545,7 +543,7 @@ HANDLERS: Dict[str, Handler] = {
 }
 
 
-def torchvision_handler(reader: "_Reader", q: str) -> Optional[Handler]:
+def torchvision_handler(reader: ScriptState, q: str) -> Optional[Handler]:
     """``torchvision.models.resnet50()``: any callee under torchvision.models names a model."""
     if q.startswith("torchvision.models") or (
         q.startswith("models.") and "torchvision" in reader.imports.get("models", "")

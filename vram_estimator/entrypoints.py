@@ -17,15 +17,14 @@ and the overrides (read from the config file the user names) apply at the ``exec
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from . import db
 from .config_comments import Value
 from .folding import Unknown, _arith, checked
+from .script_state import ScriptState
+from .setting_names import interpret
 from .tables import LITGPT_LORA_ROLES
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .script_reader import _Reader
 
 # callables whose first argument is the function (or dict of functions) a CLI runs
 ENTRY_CALLS = {
@@ -44,7 +43,7 @@ CLI_LIBRARIES = ("click", "typer")
 # --------------------------------------------------------------------------- entry points
 
 
-def find_entry_points(reader: "_Reader") -> None:
+def find_entry_points(reader: ScriptState) -> None:
     """Functions whose signature defaults the run uses (see the module docstring)."""
     for node in reader.nodes[ast.Call]:
         if node.args and isinstance(node.func, (ast.Name, ast.Attribute)):
@@ -68,7 +67,7 @@ def _function_names(node: ast.AST) -> List[str]:
     return []
 
 
-def _is_cli_decorator(reader: "_Reader", deco: ast.AST) -> bool:
+def _is_cli_decorator(reader: ScriptState, deco: ast.AST) -> bool:
     q = reader.qual(deco)
     if q.startswith("click.") and q.split(".")[1].startswith(("command", "group", "option", "argument")):
         return True
@@ -103,13 +102,13 @@ def _is_main_guard(test: ast.AST) -> bool:
 # --------------------------------------------------------------------------- statements
 
 
-def bind_statement(reader: "_Reader", stmt: ast.stmt) -> None:
+def bind_statement(reader: ScriptState, stmt: ast.stmt) -> None:
     handler = _STATEMENTS.get(type(stmt))
     if handler is not None:
         handler(reader, stmt)
 
 
-def _assign(reader: "_Reader", stmt: ast.Assign) -> None:
+def _assign(reader: ScriptState, stmt: ast.Assign) -> None:
     if isinstance(stmt.value, ast.Call):
         _maybe_add_argument(reader, stmt.value)
     if len(stmt.targets) != 1:
@@ -132,7 +131,7 @@ def _assign(reader: "_Reader", stmt: ast.Assign) -> None:
     _bind_expr(reader, name, stmt.value, stmt.lineno)
 
 
-def _bind_expr(reader: "_Reader", name: str, node: ast.AST, line: int) -> None:
+def _bind_expr(reader: ScriptState, name: str, node: ast.AST, line: int) -> None:
     value, how = reader.try_ev(node)
     if value is not None:
         reader.bind_name(name, value, line, how)
@@ -140,7 +139,7 @@ def _bind_expr(reader: "_Reader", name: str, node: ast.AST, line: int) -> None:
         reader.env.pop(name, None)  # rebound to something unknown: the old value no longer holds
 
 
-def _aug_assign(reader: "_Reader", stmt: ast.AugAssign) -> None:
+def _aug_assign(reader: ScriptState, stmt: ast.AugAssign) -> None:
     if not isinstance(stmt.target, ast.Name) or stmt.target.id not in reader.env:
         return
     name = stmt.target.id
@@ -154,7 +153,7 @@ def _aug_assign(reader: "_Reader", stmt: ast.AugAssign) -> None:
     reader.bind_name(name, new, stmt.lineno, how or how_b)
 
 
-def _ann_assign(reader: "_Reader", stmt: ast.AnnAssign) -> None:
+def _ann_assign(reader: ScriptState, stmt: ast.AnnAssign) -> None:
     if not isinstance(stmt.target, ast.Name) or stmt.value is None:
         return
     node = stmt.value
@@ -169,7 +168,7 @@ def _ann_assign(reader: "_Reader", stmt: ast.AnnAssign) -> None:
     reader.bind_name(name, value, stmt.lineno, "field default")
 
 
-def _field_default(reader: "_Reader", call: ast.Call) -> Optional[ast.AST]:
+def _field_default(reader: ScriptState, call: ast.Call) -> Optional[ast.AST]:
     """``field(default=4)``, or ``field(default_factory=lambda: ["q_proj", "v_proj"])``."""
     node = reader.kw(call, "default")
     if node is not None:
@@ -180,7 +179,7 @@ def _field_default(reader: "_Reader", call: ast.Call) -> Optional[ast.AST]:
     return None
 
 
-def _expr(reader: "_Reader", stmt: ast.Expr) -> None:
+def _expr(reader: ScriptState, stmt: ast.Expr) -> None:
     if not isinstance(stmt.value, ast.Call):
         return
     call = stmt.value
@@ -192,15 +191,13 @@ def _expr(reader: "_Reader", stmt: ast.Expr) -> None:
             _bind_override(reader, name, value, source, line)
 
 
-def _return(reader: "_Reader", stmt: ast.Return) -> None:
+def _return(reader: ScriptState, stmt: ast.Return) -> None:
     if isinstance(stmt.value, ast.Call):
         _maybe_add_argument(reader, stmt.value)
 
 
-def _bind_override(reader: "_Reader", name: str, value: Any, source: str, line: int) -> None:
+def _bind_override(reader: ScriptState, name: str, value: Any, source: str, line: int) -> None:
     """A configurator override: the config file's value replaces the script's global."""
-    from .setting_names import interpret
-
     found = interpret(name, value)
     if found is None:
         return
@@ -215,7 +212,7 @@ def _bind_override(reader: "_Reader", name: str, value: Any, source: str, line: 
         reader.facts.put(setting, canonical, source, line, 9 + rank)
 
 
-def _is_configurator_exec(reader: "_Reader", call: ast.Call) -> bool:
+def _is_configurator_exec(reader: ScriptState, call: ast.Call) -> bool:
     """``exec(open('configurator.py').read())``: the script's globals are overridden here."""
     if not (isinstance(call.func, ast.Name) and call.func.id == "exec" and call.args):
         return False
@@ -223,7 +220,7 @@ def _is_configurator_exec(reader: "_Reader", call: ast.Call) -> bool:
     return isinstance(inner, ast.Call) and "open()" in reader.qual(inner.func)
 
 
-def _function(reader: "_Reader", stmt: ast.FunctionDef) -> None:
+def _function(reader: ScriptState, stmt: ast.FunctionDef) -> None:
     for deco in stmt.decorator_list:
         if isinstance(deco, ast.Call) and reader.qual(deco.func) == "click.option":
             _click_option(reader, deco)
@@ -239,7 +236,7 @@ def _function(reader: "_Reader", stmt: ast.FunctionDef) -> None:
     _litgpt_lora_targets(reader, stmt)
 
 
-def _bind_parameter(reader: "_Reader", func: str, name: str, default: ast.AST, how: str) -> None:
+def _bind_parameter(reader: ScriptState, func: str, name: str, default: ast.AST, how: str) -> None:
     line = default.lineno
     label = f"default of {func}({name}), run by {how}"
     if isinstance(default, ast.Call) and reader.qual(default.func) in OPTION_DEFAULTS:
@@ -260,7 +257,7 @@ def _bind_parameter(reader: "_Reader", func: str, name: str, default: ast.AST, h
         reader.bind_name(name, value, line, label, 1)
 
 
-def _litgpt_lora_targets(reader: "_Reader", stmt: ast.FunctionDef) -> None:
+def _litgpt_lora_targets(reader: ScriptState, stmt: ast.FunctionDef) -> None:
     """litgpt's ``lora_query=True, lora_value=True, ...`` switches name the adapted linears."""
     chosen: List[str] = []
     seen = False
@@ -277,7 +274,7 @@ def _litgpt_lora_targets(reader: "_Reader", stmt: ast.FunctionDef) -> None:
             reader.put("lora", 8, line, 1, "litgpt LoRA, rank not read (default 8)", guessed=True)
 
 
-def _click_option(reader: "_Reader", call: ast.Call) -> None:
+def _click_option(reader: ScriptState, call: ast.Call) -> None:
     dest = _option_dest(call)
     default = reader.kw(call, "default")
     if dest and default is not None:
@@ -299,7 +296,7 @@ def _option_dest(call: ast.Call) -> Optional[str]:
     return dest
 
 
-def _maybe_add_argument(reader: "_Reader", call: ast.Call) -> None:
+def _maybe_add_argument(reader: ScriptState, call: ast.Call) -> None:
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
         return
     dest_node = reader.kw(call, "dest")
@@ -332,7 +329,7 @@ _STATEMENTS: Dict[type, Any] = {
 # --------------------------------------------------------------------------- model shape
 
 
-def finish_model_shape(reader: "_Reader") -> None:
+def finish_model_shape(reader: ScriptState) -> None:
     """nanoGPT-style ``n_layer``/``n_head``/``n_embd`` globals: an exact GPT-2-shaped config."""
     dims = reader.gpt_dims
     if not all(k in dims for k in ("n_layer", "n_head", "n_embd")):

@@ -28,7 +28,7 @@ from . import db
 from .configs import read_config
 from .folding import Folder
 from .hf_local import model_from_local
-from .script_reader import ScriptFacts
+from .script_state import ScriptFacts
 
 MAX_SCRIPT_BYTES = 10 << 20
 EXPLICIT_PRIO = 10  # a config file the user passes outranks everything the script says
