@@ -13,7 +13,7 @@ if ROOT not in sys.path:
 from vram_estimator import activations as A  # noqa: E402
 from vram_estimator import db  # noqa: E402
 from vram_estimator import estimate as E  # noqa: E402
-from vram_estimator.registry import family as family_entry  # noqa: E402
+from vram_estimator.families import family as family_entry  # noqa: E402
 
 
 def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from vram_estimator import db
-from vram_estimator.registry import all_families
+from vram_estimator.families import all_families
 
 HF = {
     "Qwen/Qwen3-8B": (

@@ -8,7 +8,8 @@ import pytest
 
 from vram_estimator import db
 from vram_estimator.activations import ACTIVATION_MODELS
-from vram_estimator.registry import KIND_TRAITS, Breakdown, Dims, all_families
+from vram_estimator.families import all_families
+from vram_estimator.registry import KIND_TRAITS, Breakdown, Dims
 
 PKG = os.path.join(os.path.dirname(__file__), "..", "vram_estimator")
 

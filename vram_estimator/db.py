@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from .registry import KIND_TRAITS, Breakdown, Dims, Family, all_families, family
+from .families import all_families, family
+from .registry import KIND_TRAITS, Breakdown, Dims, Family
 
 GIB = 1024**3
 MIB = 1024**2

@@ -7,6 +7,10 @@ activation coefficient set (``style``), the Hugging Face ``model_type`` values i
 capabilities (gated MLP, MoE, MLA, GQA, ...).  Everything model-specific that the cost model asks
 lives here or in the family modules (``vram_estimator/families/``), never in an if-chain on a
 family name.
+
+The family modules fill :data:`FAMILIES` through :func:`register` when they are imported; the
+lookups (``family``, ``all_families``) are :mod:`vram_estimator.families`', which imports them
+all first, so this module imports no family.
 """
 
 from __future__ import annotations
@@ -150,15 +154,3 @@ def register(family: Family) -> Family:
         raise ValueError(f"family {family.name!r} registered twice")
     FAMILIES[family.name] = family
     return family
-
-
-def family(name: str) -> Family:
-    from . import families  # noqa: F401  (fills FAMILIES on first use)
-
-    return FAMILIES[name]
-
-
-def all_families() -> Dict[str, Family]:
-    from . import families  # noqa: F401
-
-    return dict(FAMILIES)
