@@ -27,6 +27,18 @@ from .config_comments import (
     read_comments,
 )
 from .estimate import Estimate, estimate
+from .inputs import (
+    InputError,
+    Problems,
+    apply_config_file,
+    apply_discovered,
+    apply_models,
+    parse_source,
+    read_configurator,
+    read_python_file,
+    unknown_model_message,
+)
+from .remedies import remedies, smallest_combination
 from .script_reader import ScriptFacts, read_script
 
 # The plausible range of an input nobody set, over which the verdict is shown.
@@ -207,8 +219,6 @@ def run(values: Dict[str, Value], default_gpu: Optional[str] = None, with_remedi
     if target:
         result.sweeps = sweeps(settings, target)
     if with_remedies and target and est.verdict != "fits":
-        from .remedies import remedies, smallest_combination
-
         result.remedies = remedies(settings, target, est)
         result.combination = smallest_combination(settings, target, est)
     return result
@@ -268,15 +278,6 @@ def estimate_source(
 ) -> Result:
     """Estimate a script given as text.  ``overrides`` are raw ``key: value`` pairs (CLI flags);
     ``configs`` are config files the user names (YAML/JSON, or nanoGPT-style ``.py``)."""
-    from .inputs import (
-        InputError,
-        Problems,
-        apply_config_file,
-        apply_discovered,
-        parse_source,
-        read_configurator,
-    )
-
     result_error = None
     if tree is None:
         tree, result_error = parse_source(source, filename)
@@ -333,12 +334,8 @@ def estimate_source(
 def _model_problem(
     facts: ScriptFacts, filename: str, problems: Any, read_files: bool
 ) -> Optional[Tuple[int, str]]:
-    from .inputs import Problems, apply_models
-
     if not read_files:
         if facts.model_refs and "model" not in facts.values:
-            from .inputs import unknown_model_message
-
             text, line, _ = facts.model_refs[0]
             return line, unknown_model_message(text, [])
         return None
@@ -365,8 +362,6 @@ def estimate_file(
     configs: Optional[List[str]] = None,
 ) -> Result:
     """Estimate a script on disk, read the way Python reads it (coding cookie, BOM)."""
-    from .inputs import InputError, read_python_file
-
     try:
         source = read_python_file(path)
     except InputError as exc:
@@ -376,8 +371,6 @@ def estimate_file(
 
 def estimate_configs(configs: List[str], overrides: Optional[Dict[str, Any]] = None) -> Result:
     """Estimate from config files alone: ``vram-estimate recipe.yaml --gpu a100-80gb``."""
-    from .inputs import InputError, Problems, apply_config_file
-
     facts = ScriptFacts()
     problems = Problems()
     try:
