@@ -144,14 +144,16 @@ class _SwallowedErrors(logging.Handler):
 @contextlib.contextmanager
 def no_swallowed_errors(tolerate_recursion: bool = False) -> Iterator[None]:
     logger = logging.getLogger("flake8_torch_preflight")
-    handler, level = _SwallowedErrors(tolerate_recursion), logger.level
+    handler, level, propagate = _SwallowedErrors(tolerate_recursion), logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
+    logger.propagate = False   # pytest's log capture would format every deep traceback (slow)
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
     assert not handler.records, handler.records[0]
 
 
