@@ -114,8 +114,9 @@ def nesting_depth(tree: ast.AST) -> int:
 def too_deep_to_recurse(text: str) -> bool:
     """Nested past DEEP levels: an analysis that recurses once per level (several frames a
     level) may meet Python's recursion limit there. A RecursionError on a shallower file is
-    a real bug (an unbounded walk); on a deeper one it is the known limit of issue 11 item 2,
-    tolerated here while test_deep_expressions_are_analysed (xfail) tracks it."""
+    a real bug (an unbounded walk); on a deeper one it is a known limit of LibCST (`tpf fix`
+    skips such a file with a reason) and of any walk that recurses per level, tolerated here. Our
+    interpreter bounds its own depth (test_deep_expressions_keep_the_files_findings)."""
     try:
         return nesting_depth(ast.parse(text)) > DEEP
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -729,16 +730,26 @@ def test_an_interrupted_memoised_question_is_asked_again():
     assert every_call(analysis) == ["call"]
 
 
-@pytest.mark.xfail(strict=True, reason="analysis/flow.py evaluates expressions recursively: "
-                   "past ~450 levels every rule's findings for the file are lost (issue 11 "
-                   "item 2; reported to the lead, flow.py is theirs)")
-def test_deep_expressions_are_analysed():
-    """A 600-term sum (generated code, a long formula) makes the interpreter's expression
-    walk raise RecursionError; the engine survives it, but the TPF001 finding of the same
-    file is gone. Strict: when flow.py walks deep expressions, this passes and must lose
-    its mark (and the harness's DEEP tolerance can go)."""
+DEEP_LINES = {
+    "600-term sum": "total = " + " + ".join(["step"] * 600),
+    "600 string pieces": "banner = " + " + ".join(['"="'] * 600),
+    "600-link method chain": "y = x" + ".float()" * 600,
+    "600-link attribute chain": "y = x" + ".a" * 600,
+    "600 subscripts": "y = x" + "[0]" * 600,
+    "600 unary minus": "y = " + "-" * 600 + "x",
+    "600-term power": "y = " + " ** ".join(["a"] * 600),
+    "190 nested calls": "y = " + "f(" * 190 + "x" + ")" * 190,
+    "300 conditional expressions": "y = " + "a if c else " * 300 + "b",
+}
+
+
+@pytest.mark.parametrize("deep_line", list(DEEP_LINES.values()), ids=list(DEEP_LINES))
+def test_deep_expressions_keep_the_files_findings(deep_line):
+    """Found: the interpreter evaluated expressions by recursion, so one 600-term sum
+    (generated code, a long formula) raised RecursionError and every rule lost the file's
+    findings. Now a left-nested sum is walked in a loop and anything nested deeper than
+    MAX_EXPR_DEPTH is an unknown value: the TPF001 finding of the same file stays."""
     from flake8_torch_preflight.engine import lint_source
 
     with no_swallowed_errors():
-        deep_line = "total = " + " + ".join(["step"] * 600)
         assert [f.code for f in lint_source(FIXABLE + deep_line + "\n", FILENAME)] == ["TPF001"]

@@ -28,6 +28,9 @@ from .semantics import Access, Call
 from .values import UNKNOWN, Value, derived, join, join_all
 
 _MAX_DEPTH_TWICE = 4   # loops nested deeper than this are walked once
+# Expressions nested deeper than this (a 100-link method chain, generated code) are not read:
+# their value is unknown. Long left-nested sums do not count: they are walked in a loop.
+MAX_EXPR_DEPTH = 100
 # Methods of an `nn.Module` class of the file that keep their library meaning even when the
 # class overrides them (a custom `train()` still switches the mode).
 _LIBRARY_METHODS = frozenset({"eval", "train", "zero_grad", "to", "cuda"})
@@ -65,6 +68,7 @@ class FlowAnalyzer:
         self.unseen_call = False    # the call being evaluated has a callee we cannot see into
         self.scope = func.qualname if func else "<module>"
         self._bindings = None   # scanned on first need: loop-free code without stores never asks
+        self.expr_depth = 0   # expressions being evaluated, one inside the other
 
     # ------------------------------------------------------------------ where we are
     @property
@@ -363,10 +367,14 @@ class FlowAnalyzer:
 
     # ------------------------------------------------------------------ expressions
     def expr(self, node: Optional[ast.AST]) -> Value:
-        if node is None:
-            return UNKNOWN
+        if node is None or self.expr_depth >= MAX_EXPR_DEPTH:
+            return UNKNOWN   # deeper than any hand-written expression: not read, so unknown
         method = _EXPR_HANDLERS.get(type(node))
-        value = method(self, node) if method is not None else self.generic(node)
+        self.expr_depth += 1
+        try:
+            value = method(self, node) if method is not None else self.generic(node)
+        finally:
+            self.expr_depth -= 1
         if self.recording:
             self.facts.values[id(node)] = value
         return value
@@ -423,7 +431,20 @@ class FlowAnalyzer:
                      params=base.params)
 
     def expr_BinOp(self, node: ast.BinOp) -> Value:
-        left, right = self.expr(node.left), self.expr(node.right)
+        # A long sum (`a + b + c + ...`, generated code) nests to the left as deep as it is
+        # long: walk that spine in a loop, not by recursion, in Python's evaluation order.
+        spine = []
+        while isinstance(node, ast.BinOp):
+            spine.append(node)
+            node = node.left
+        value = self.expr(node)
+        for binop in reversed(spine):
+            value = self.binop(binop, value, self.expr(binop.right))
+            if self.recording and binop is not spine[0]:   # `expr` records the outermost
+                self.facts.values[id(binop)] = value
+        return value
+
+    def binop(self, node: ast.BinOp, left: Value, right: Value) -> Value:
         if isinstance(node.op, ast.Div):
             if isinstance(node.left, ast.Constant):
                 return derived([right], V.RECIPROCAL)
