@@ -12,6 +12,9 @@ import ast
 import re
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+# A syntax helper shared with the package (plain `ast`, not the analysis under test).
+from flake8_torch_preflight.analysis.astutil import dotted
+
 Pos = Tuple[int, int]            # (line, character column)
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 SCOPES = FUNCTIONS + (ast.ClassDef, ast.Lambda)
@@ -114,16 +117,9 @@ class Source:
     # ---------------------------------------------------------------- names
     def qualname(self, expr: ast.AST) -> Optional[str]:
         """`nn.CrossEntropyLoss` -> `torch.nn.CrossEntropyLoss` through the file's imports."""
-        parts = []
-        while isinstance(expr, ast.Attribute):
-            parts.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
-            return None
-        head = self.imports.get(expr.id)
-        if head is None:
-            return None
-        return ".".join([head] + list(reversed(parts)))
+        head, dot, rest = (dotted(expr) or "").partition(".")
+        imported = self.imports.get(head)
+        return None if imported is None else imported + dot + rest
 
     def imports_torch(self) -> bool:
         return any(q == "torch" or q.startswith("torch.") for q in self.imports.values())
@@ -276,17 +272,6 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
 
 def local_calls(node: ast.AST) -> Iterator[ast.Call]:
     return (n for n in walk_local(node) if isinstance(n, ast.Call))
-
-
-def dotted(expr: ast.AST) -> Optional[str]:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if isinstance(expr, ast.Name):
-        parts.append(expr.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 def method_call(call: ast.AST, *names: str) -> bool:
