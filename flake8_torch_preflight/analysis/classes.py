@@ -88,6 +88,11 @@ _DROPOUT_BY_DEFAULT = frozenset({"torch.nn.Transformer", "torch.nn.TransformerEn
                                  "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerEncoder",
                                  "torch.nn.TransformerDecoder"})
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+# `torch.nn` classes that take other modules as arguments: an argument of any other `torch.nn`
+# layer (`nn.LSTM(in_dim, hidden, n_layer)`) is a size, a rate or a flag, never a module.
+_TAKE_MODULES = _CONTAINERS | _DROPOUT_BY_DEFAULT | frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel"})
 
 
 @per_file("mode_free", guard=False, key_args=1)
@@ -146,7 +151,8 @@ def _mode_free_stored(analysis, facts, init, rhs: ast.expr, depth: int) -> bool:
     if isinstance(rhs, ast.Constant):
         return True
     if isinstance(rhs, ast.Name) and rhs.id in init.params:
-        return _plain_parameter(init.node, rhs.id)
+        return _plain_parameter(init.node, rhs.id) or \
+            _configures_a_layer(analysis, init.node, rhs.id)
     value = facts.value(rhs)
     if isinstance(rhs, ast.Call) or value.has(V.MODULE):
         return not value.has(V.MODULE) and value.cls is None or \
@@ -169,6 +175,21 @@ def _plain_parameter(func: ast.AST, name: str) -> bool:
         return True
     default = defaults.get(name)
     return isinstance(default, ast.Constant) and default.value is not None
+
+
+def _configures_a_layer(analysis, func: ast.AST, name: str) -> bool:
+    """The parameter is also an argument of a `torch.nn` layer built in the same function
+    (`self.n_layer = n_layer` beside `nn.LSTM(in_dim, hidden_dim, n_layer)`): a number."""
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Call):
+            continue
+        qualname = analysis.imports.qualname(node.func) or ""
+        if not is_torch_nn_class(qualname) or qualname in _TAKE_MODULES:
+            continue
+        arguments = list(node.args) + [kw.value for kw in node.keywords]
+        if any(isinstance(arg, ast.Name) and arg.id == name for arg in arguments):
+            return True
+    return False
 
 
 def _mode_free_value(analysis, value, depth: int) -> bool:
