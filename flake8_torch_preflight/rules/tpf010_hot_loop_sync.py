@@ -71,6 +71,8 @@ from ..analysis.astutil import short
 from ..analysis.device import cuda_evidence, encloses, hot_reason, step_loops
 from ..analysis.events import CallSite, FunctionFacts
 from ..analysis.memo import per_file
+from ..analysis.read_back import buffer_name, fed_back
+from ..analysis.semantics.containers import STORE_METHODS
 from ..findings import NOTE, WARNING, Finding
 from .base import Rule
 
@@ -144,7 +146,7 @@ class HotLoopSync(Rule):
             if where is None or call.method not in ("item", "cpu"):
                 continue
             use = _logging_use(facts, call)
-            if use is not None:
+            if use is not None and not _buffer_fed_back(facts, call, where[0]):
                 notes.setdefault(where[0], []).append((call, f"{use}; {where[1]}"))
         for scope, items in notes.items():
             call, why = min(items, key=lambda item: item[0].site.line)
@@ -233,14 +235,46 @@ def _logging_use(facts: FunctionFacts, call: CallSite) -> Optional[str]:
     if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Subscript) for t in stmt.targets):
         return f"stored into `{short(stmt.targets[0], 20)}`"
     for other in facts.calls:
-        if other.site.stmt is not stmt or other is call or not encloses(other.node, call.node):
-            continue
-        func = other.node.func
-        qual = other.qualname or ""
-        if (isinstance(func, ast.Name) and func.id == "print") or \
-                qual.startswith(("wandb.", "mlflow.", "logging.")) or \
-                (other.qualname is None and other.method in _LOG_METHODS):
+        if other.site.stmt is stmt and other is not call and encloses(other.node, call.node) \
+                and _logs(other):
             return f"passed to `{short(other.node, 30)}`"
+    return None
+
+
+def _logs(call: CallSite) -> bool:
+    """`print(...)`, a logger or tracker call, `pbar.set_postfix(...)`, `losses.append(...)`."""
+    func = call.node.func
+    return (isinstance(func, ast.Name) and func.id == "print") or \
+        (call.qualname or "").startswith(("wandb.", "mlflow.", "logging.")) or \
+        (call.qualname is None and call.method in _LOG_METHODS)
+
+
+def _buffer_fed_back(facts: FunctionFacts, call: CallSite, scope) -> bool:
+    """The synced value is stored into a container (`preds[idx] = out.cpu()`,
+    `losses.append(loss.item())`) that the loops around the store, or the per-step function,
+    read back into computation: label reuse feeds the host predictions of one round to the
+    model in the next. Then the host copy is the work, not logging, and keeping the value
+    on device (the note's fix) is no fix: the rule stays quiet."""
+    buffer = _buffer_of(facts, call)
+    if buffer is None:
+        return False
+    body = call.site.loops[0] if scope != "function" else facts.func.node
+    return fed_back(facts, body, buffer, _logs)
+
+
+def _buffer_of(facts: FunctionFacts, call: CallSite) -> Optional[str]:
+    """The container the synced value goes into (`preds` of `preds[idx] = ...`, `self.losses`
+    of `self.losses.append(...)`), or None when it goes into a number or a logging call."""
+    stmt = call.site.stmt
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    stored = next((t for t in targets if isinstance(t, ast.Subscript)), None)
+    if isinstance(stmt, (ast.Assign, ast.AugAssign)) and stored is not None:
+        return buffer_name(stored)
+    for other in facts.calls:
+        if other.site.stmt is stmt and other.method in STORE_METHODS and \
+                isinstance(other.node.func, ast.Attribute) and any(
+                    encloses(arg, call.node) for arg in other.node.args):
+            return buffer_name(other.node.func.value)
     return None
 
 
