@@ -7,7 +7,7 @@ this carry a graph?", and every rule decides for itself how sure it must be befo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, Optional, Tuple
 
 # Object kinds (what the value *is*).
@@ -108,6 +108,16 @@ class Origin(tuple):
         return self[1]
 
 
+def _replace(value: "Value", **changes) -> "Value":
+    """`dataclasses.replace` without its per-call field introspection (it was a visible share
+    of the interpreter's time): a copy of the instance dictionary with `changes` applied.
+    `Value` has no `__post_init__` to run; frozen only forbids `setattr`, not this."""
+    copy = object.__new__(Value)
+    copy.__dict__.update(value.__dict__)
+    copy.__dict__.update(changes)
+    return copy
+
+
 @dataclass(frozen=True)
 class Value:
     grad: bool = False                    # may carry a live autograd graph
@@ -158,10 +168,10 @@ class Value:
 
     # ------------------------------------------------------------------ changes
     def with_tags(self, *add: str, drop: FrozenSet[str] = frozenset()) -> "Value":
-        return replace(self, tags=(self.tags - drop) | frozenset(add))
+        return _replace(self, tags=(self.tags - drop) | frozenset(add))
 
     def with_containers(self, *keys: str) -> "Value":
-        return replace(self, containers=self.containers | frozenset(keys))
+        return _replace(self, containers=self.containers | frozenset(keys))
 
     def no_graph(self, *add: str) -> "Value":
         """The same object seen through a graph breaker: only its flow (containers, params)
@@ -184,29 +194,29 @@ class Value:
         if not self.has(CONTAINER) and self.elements is None:
             return self
         tags = self.tags - {CONTAINER, PARAMS} | ({TENSOR} if self.has(PARAMS) else set())
-        return replace(self, tags=tags, node=None, elements=None, fields=(), activation=None)
+        return _replace(self, tags=tags, node=None, elements=None, fields=(), activation=None)
 
     def as_container(self) -> "Value":
         """A container holding elements like this one."""
-        return replace(self, tags=self.tags | {CONTAINER}, node=None, elements=None,
+        return _replace(self, tags=self.tags | {CONTAINER}, node=None, elements=None,
                        fields=(), activation=None)
 
     def unpacked(self) -> "Value":
         """One item of `a, b = value` when the items are not known one by one."""
-        return replace(self, tags=self.tags - {CONTAINER}, leaf=False, node=None,
+        return _replace(self, tags=self.tags - {CONTAINER}, leaf=False, node=None,
                        elements=None, fields=(), activation=None)
 
     def as_attribute(self) -> "Value":
         """What `self.x` holds as seen from another method: the object, without the flow
         facts (containers, parameters) of the method that bound it."""
-        return replace(self, containers=frozenset(), params=frozenset())
+        return _replace(self, containers=frozenset(), params=frozenset())
 
     def seen_from(self, node) -> "Value":
         """A value made in another file, as the file that called for it (at `node`) sees it:
         the same kinds and class, but its construction, origin and graphs are the call's
         (line numbers and nodes of another file mean nothing here)."""
         line = getattr(node, "lineno", 0)
-        return replace(
+        return _replace(
             self, node=node if self.node is not None else None,
             origin=Origin(line, node) if self.origin is not None else None,
             graphs=frozenset({line}) if self.graphs else frozenset(),
@@ -215,7 +225,7 @@ class Value:
 
     def without_params(self) -> "Value":
         """A summary's return value at a call site that passes nothing it depends on."""
-        return replace(self, params=frozenset()) if self.params else self
+        return _replace(self, params=frozenset()) if self.params else self
 
     def through_call(self, bound: dict, depth: int = 0) -> "Value":
         """This summary return value at one call: what flowed in through the arguments it
@@ -226,7 +236,7 @@ class Value:
             elements = tuple(e.through_call(bound, depth + 1) for e in elements)
         flowing = [bound[i] for i in sorted(self.params) if i in bound]
         if not flowing:
-            return replace(self.without_params(), elements=elements)
+            return _replace(self.without_params(), elements=elements)
         merged = join_all(flowing)
         return Value(grad=self.grad or merged.grad, graphs=union_graphs(self.graphs, merged.graphs),
                      origin=self.origin or merged.origin,
