@@ -30,45 +30,25 @@ from typing import Dict, List, Optional
 from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, keyword, short
-from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions,
+from .distributed import (_synthetic, all_calls, ddp_wraps, evaluation_loader, loader_constructions,
                           scope_of, sharding_reason)
 from .epochs import argument_for, iterated_loaders
 from .events import CallSite, FunctionFacts
-from .index import VAL_LOADER_RE
+from .index import VAL_LOADER_RE, FunctionInfo
 from .memo import per_file
-from .project import is_project_name, resolve_class
+from .project import is_project_name, resolve, resolve_class
+from .semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ORDER_KEEPING,
+                             INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES, RANDOM_DRAW_PREFIXES,
+                             REAL_VALUED_DRAWS)
 
-# Map-style datasets of torch and torchvision (indexable; a DataLoader over them keeps
-# the index order unless it shuffles).
-MAP_STYLE = api.TENSOR_DATASETS | frozenset({
-    "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
-    "torch.utils.data.ConcatDataset", "torch.utils.data.dataset.ConcatDataset",
-    "torch.utils.data.StackDataset",
-})
-MAP_STYLE_PREFIXES = ("torchvision.datasets.",)
-ITERABLE_BASES = frozenset({
-    "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
-    "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe",
-    "torchdata.datapipes.iter.IterDataPipe", "datasets.IterableDataset",
-})
-# Hugging Face `datasets`: constructors of a map-style `Dataset` / `DatasetDict` (unless
-# `streaming=True`), and the methods that return one with the same order.
-HF_DATASET_SOURCES = frozenset({
-    "datasets.load_dataset", "datasets.load_from_disk", "datasets.Dataset.from_dict",
-    "datasets.Dataset.from_pandas", "datasets.Dataset.from_list", "datasets.Dataset.from_csv",
-    "datasets.Dataset.from_json", "datasets.Dataset.from_parquet", "datasets.Dataset.from_generator"})
-HF_ORDER_KEEPING = frozenset({
-    "map", "filter", "remove_columns", "rename_column", "rename_columns", "select_columns",
-    "with_format", "set_format", "with_transform", "set_transform", "cast", "cast_column",
-    "flatten", "select", "add_column"})
 # An order drawn once (`random_split`, a permuted index list): random, if fixed.
 ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm",
                                "numpy.random.permutation", "numpy.random.shuffle",
                                "random.shuffle", "random.sample", "sklearn.utils.shuffle",
                                "sklearn.model_selection.train_test_split"})
-# Calls inside a dataset class that draw random numbers (by qualified-name prefix).
-RANDOM_DRAW_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.randperm",
-                        "torch.multinomial")
+# Draws inside a dataset class that pick an order or a sample (beyond the one-time shuffles).
+ORDER_DRAWS = ONE_TIME_SHUFFLES | frozenset({"numpy.random.choice", "random.choices",
+                                             "torch.multinomial"})
 # Calls in the training code that reorder the data for the next epoch.
 RESHUFFLE_NAMES = frozenset({"shuffle", "permutation", "randperm", "set_epoch", "reshuffle",
                              "shuffle_", "on_epoch_end"})
@@ -197,8 +177,8 @@ def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
     if dataset is None or _named_for_evaluation(dataset):
         return None
     kind = _dataset_kind(analysis, facts, dataset, depth=2)
-    if kind is None:
-        return None
+    if kind is None or _synthetic(analysis, scope_of(analysis, facts), dataset, depth=6):
+        return None           # random noise in any order is the same noise
     if loop is not None and (_carries_state(analysis, loop_facts, loop)
                              or _reshuffles(analysis, loop_facts, loop)):
         return None
@@ -283,13 +263,13 @@ def _named_for_evaluation(expr: ast.expr) -> bool:
 def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
     """A description of a provably map-style dataset that does not reorder itself, else None."""
     if isinstance(expr, ast.Call):
-        return _constructed_kind(analysis, facts, expr)
+        if _drawn_once(analysis, expr):
+            return None
+        return (_constructed_kind(analysis, facts, expr)
+                or _hf_kind(analysis, facts, expr)
+                or _returned_kind(analysis, facts, expr, depth))
     if isinstance(expr, ast.Subscript):
-        split = expr.slice
-        if isinstance(split, ast.Constant) and isinstance(split.value, str) and not \
-                _EVAL_SPLIT.match(split.value) and _hf_dataset(analysis, facts, expr.value, 3):
-            return f"a map-style Hugging Face `Dataset` (split `{split.value}`)"
-        return None           # `random_split(...)[0]` and other indexing: not modelled
+        return _hf_kind(analysis, facts, expr)   # `random_split(...)[0]` and other indexing: no
     text = dotted(expr)
     if text is None:
         return None
@@ -308,17 +288,104 @@ def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
     return None
 
 
+def _hf_kind(analysis, facts, expr: ast.expr) -> Optional[str]:
+    """`ds["train"]`, `ds["train"].with_transform(...)`, `load_dataset(..., split="train")`:
+    a map-style Hugging Face dataset of a training split, described; else None."""
+    if not _hf_dataset(analysis, facts, expr, 3):
+        return None
+    split = _split_of(expr)
+    if split is None:
+        return "a map-style Hugging Face `Dataset`"
+    if _EVAL_SPLIT.match(split):
+        return None
+    return f"a map-style Hugging Face `Dataset` (split `{split}`)"
+
+
+def _split_of(expr: ast.expr) -> Optional[str]:
+    """The split a dataset expression names: `ds["train"]`, `load_dataset(..., split="train")`,
+    through an order-keeping chain."""
+    while True:
+        if isinstance(expr, ast.Subscript):
+            key = expr.slice
+            return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+        if not isinstance(expr, ast.Call):
+            return None
+        split = keyword(expr, "split")
+        if isinstance(split, ast.Constant) and isinstance(split.value, str):
+            return split.value
+        if not (isinstance(expr.func, ast.Attribute) and expr.func.attr in HF_ORDER_KEEPING):
+            return None
+        expr = expr.func.value
+
+
+def _returned_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[str]:
+    """`make_train_dataset(args, tokenizer)`: a function of the project (this file or another,
+    within the cross-file depth) whose every `return` gives a map-style dataset."""
+    if depth <= 0:
+        return None
+    found = _project_function(analysis, facts, call)
+    if found is None:
+        return None
+    owner, func = found
+    returns = _return_values(func.node)
+    if not returns:
+        return None
+    func_facts = owner.facts_for(func)
+    kinds = [_dataset_kind(owner, func_facts, value, depth - 1) for value in returns]
+    if not all(kinds):
+        return None
+    return f"{kinds[0]}, returned by `{func.name}()`"
+
+
+def _project_function(analysis, facts, call: ast.Call):
+    """(the defining file's analysis, FunctionInfo) for a call of a plain function of the
+    project, or None (methods, classes, libraries)."""
+    if isinstance(call.func, ast.Name):
+        local = analysis.index.function_named(call.func.id, facts.func)
+        if local is not None:
+            return (analysis, local) if not local.is_method else None
+    qual = analysis.imports.qualname(call.func)
+    if qual is None or not is_project_name(qual):
+        return None
+    found = resolve(analysis, qual)
+    return found if found is not None and isinstance(found[1], FunctionInfo) else None
+
+
+def _return_values(func: ast.AST) -> List[ast.expr]:
+    """The values of the function's own `return` statements (not of nested functions); empty
+    when some `return` gives nothing or the function yields."""
+    values: List[ast.expr] = []
+    todo = list(ast.iter_child_nodes(func))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return []
+        if isinstance(node, ast.Return):
+            if node.value is None:
+                return []
+            values.append(node.value)
+        todo.extend(ast.iter_child_nodes(node))
+    return sorted(values, key=lambda value: (value.lineno, value.col_offset))
+
+
 def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
     """`expr` is a Hugging Face `Dataset`/`DatasetDict` in its stored order: built by
-    `load_dataset(...)` (not streaming) or `Dataset.from_*`, through order-keeping methods
-    (`.map`, `.filter`, `.rename_column`, …); `.shuffle()` and `.to_iterable_dataset()` are
-    not (a one-time order, an iterable)."""
+    `load_dataset(...)` (not streaming), `Dataset.from_*` or `concatenate_datasets` of such,
+    through order-keeping methods (`.map`, `.filter`, `.with_transform`, …); `.shuffle()`,
+    `.train_test_split()` and `.to_iterable_dataset()` are not (a one-time order, an
+    iterable)."""
     if depth < 0:
         return False
     if isinstance(expr, ast.Call):
         qual = analysis.imports.qualname(expr.func)
         if qual in HF_DATASET_SOURCES:
             return keyword(expr, "streaming") is None    # any `streaming=` may stream
+        if qual in HF_DATASET_COMBINERS:
+            parts = expr.args[0] if expr.args else keyword(expr, "dsets")
+            return isinstance(parts, (ast.List, ast.Tuple)) and bool(parts.elts) and all(
+                _hf_dataset(analysis, facts, part, depth - 1) for part in parts.elts)
         func = expr.func
         if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_ORDER_KEEPING:
             return _hf_dataset(analysis, facts, func.value, depth)
@@ -326,17 +393,45 @@ def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
     if isinstance(expr, ast.Subscript):
         return _hf_dataset(analysis, facts, expr.value, depth)
     text = dotted(expr)
-    producers = [p for p in _producers(analysis, facts, text) if not is_const(p, None)] if text else []
+    if text is None or not _splits_keep_order(analysis, facts, text, depth):
+        return False
+    producers = [p for p in _producers(analysis, facts, text) if not is_const(p, None)]
     # `ds = ds.rename_column(...)` keeps whatever `ds` was: judged by the other producers
     others = [p for p in producers if _order_kept_from(p) != text]
     return bool(others) and all(_hf_dataset(analysis, facts, p, depth - 1) for p in others)
 
 
+def _splits_keep_order(analysis, facts, name: str, depth: int) -> bool:
+    """Every `name[...] = value` of the file keeps the rows' order: `ds["train"] =
+    ds["train"].select(range(n))` and `ds["train"] = load_dataset(..., split="train")` do,
+    `ds["train"] = ds["train"].shuffle(seed=0)` does not (a one-time order; the rule leaves it
+    alone)."""
+    return all(_order_kept_from(value) == name or _hf_dataset(analysis, facts, value, depth - 1)
+               for value in _split_stores(analysis).get(name, []))
+
+
+@per_file("shuffling_split_stores")
+def _split_stores(analysis) -> Dict[str, List[ast.expr]]:
+    """name -> the values assigned to `name[...]` anywhere in the file."""
+    stores: Dict[str, List[ast.expr]] = {}
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript):
+                    base = dotted(target.value)
+                    if base:
+                        stores.setdefault(base, []).append(node.value)
+    return stores
+
+
 def _order_kept_from(expr: ast.expr) -> Optional[str]:
-    """`ds` for `ds.map(...).rename_column(...)`: the dataset an order-keeping chain starts from."""
+    """`ds` for `ds.map(...).rename_column(...)` or `ds["train"].select(...)`: the dataset an
+    order-keeping chain starts from."""
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
             and expr.func.attr in HF_ORDER_KEEPING:
         expr = expr.func.value
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
     return dotted(expr)
 
 
@@ -355,8 +450,6 @@ def _producers(analysis, facts, text: str) -> List[ast.expr]:
 
 
 def _constructed_kind(analysis, facts, call: ast.Call) -> Optional[str]:
-    if _drawn_once(analysis, call):
-        return None
     qual = analysis.imports.qualname(call.func)
     if qual is not None and (qual in MAP_STYLE or qual.startswith(MAP_STYLE_PREFIXES)):
         if _evaluation_split(call):
@@ -415,12 +508,74 @@ def _map_style_class(analysis, cls) -> bool:
 
 
 def _class_draws_randomness(analysis, cls) -> bool:
-    """Some method of the dataset class draws random numbers or shuffles (random crops of a
-    stream, an index shuffled per epoch): it may reorder itself; stay quiet."""
+    """The dataset class may reorder itself: some method shuffles or draws an order (an index
+    shuffled per epoch or once), or it draws random numbers and `__getitem__` does not pick
+    its sample by the index it is given (random windows of a stream, random samples). Random
+    augmentation of the indexed sample (a flip's coin, a crop's offsets, a random prompt
+    template) keeps the order: the rule judges it."""
+    draws = False
     for method in cls.methods.values():
         for call in analysis.facts_for(method).calls:
             qual = call.qualname or ""
-            if qual.startswith(RANDOM_DRAW_PREFIXES) or call.method in RESHUFFLE_NAMES:
+            if qual in ORDER_DRAWS or call.method in RESHUFFLE_NAMES:
+                return True
+            draws = draws or qual.startswith(RANDOM_DRAW_PREFIXES)
+    return draws and not _getitem_reads_its_index(analysis, cls)
+
+
+def _getitem_reads_its_index(analysis, cls) -> bool:
+    """`__getitem__(self, i)` of the class itself reads its sample with `i` (`self.paths[i %
+    n]`, `self.load(i)`), never rebinds `i`, and indexes nothing by a random integer."""
+    getitem = cls.methods.get("__getitem__")
+    if getitem is None or len(getitem.params) < 2:
+        return False
+    index = getitem.params[1]
+    random_names = _names_bound_to_draws(analysis, getitem, cls)
+    random_names.discard(index)
+    read = False
+    for node in ast.walk(getitem.node):
+        if isinstance(node, ast.Name) and node.id == index and isinstance(node.ctx, (ast.Store, ast.Del)):
+            return False
+        if isinstance(node, ast.Subscript):
+            names = {n.id for n in ast.walk(node.slice) if isinstance(n, ast.Name)}
+            if names & random_names or _draws_in(analysis, node.slice, cls):
+                return False
+            read = read or index in names
+        elif isinstance(node, ast.Call) and any(
+                isinstance(n, ast.Name) and n.id == index
+                for arg in list(node.args) + [kw.value for kw in node.keywords]
+                for n in ast.walk(arg)):
+            read = True
+    return read
+
+
+def _names_bound_to_draws(analysis, func, cls) -> set:
+    """Names `__getitem__` binds from an integer draw (`j = random.randint(0, n)`)."""
+    names = set()
+    for node in ast.walk(func.node):
+        if isinstance(node, ast.Assign) and _draws_in(analysis, node.value, cls):
+            for target in node.targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _draws_in(analysis, expr: ast.expr, cls) -> bool:
+    """`expr` draws a random number that may be an index: any draw but a real-valued one,
+    directly or through a method of the class that draws."""
+    for node in ast.walk(expr):
+        if not isinstance(node, ast.Call):
+            continue
+        qual = analysis.imports.qualname(node.func) or ""
+        if qual.startswith(RANDOM_DRAW_PREFIXES) and qual not in REAL_VALUED_DRAWS:
+            return True
+        func = node.func
+        if not qual and isinstance(func, ast.Attribute) and func.attr in INTEGER_DRAW_METHODS:
+            return True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == "self" and func.attr in cls.methods:
+            helper = analysis.facts_for(cls.methods[func.attr])
+            if any((c.qualname or "").startswith(RANDOM_DRAW_PREFIXES)
+                   and c.qualname not in REAL_VALUED_DRAWS for c in helper.calls):
                 return True
     return False
 

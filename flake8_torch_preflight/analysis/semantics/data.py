@@ -36,3 +36,62 @@ def _loader_field(access: Access) -> Optional[Value]:
 def batch_of(loader: Value) -> Value:
     """What iterating a loader yields: batches of tensors, on the GPU if the loader is."""
     return Value(tags=frozenset({V.TENSOR}) | (loader.tags & {V.CUDA_DEVICE}))
+
+
+# ------------------------------------------------------------------------ dataset kinds
+# What TPF018 needs to know about a dataset: map-style (indexable, a `DataLoader` walks it in
+# index order unless it shuffles) or iterable (no order to shuffle). Read in torch's
+# `torch.utils.data` docs ("Dataset Types": a map-style dataset implements `__getitem__` and
+# `__len__`; an iterable-style one subclasses `IterableDataset` and implements `__iter__`).
+
+# Map-style datasets of torch and torchvision.
+MAP_STYLE = api.TENSOR_DATASETS | frozenset({
+    "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
+    "torch.utils.data.ConcatDataset", "torch.utils.data.dataset.ConcatDataset",
+    "torch.utils.data.StackDataset",
+})
+MAP_STYLE_PREFIXES = ("torchvision.datasets.",)
+ITERABLE_BASES = frozenset({
+    "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
+    "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe",
+    "torchdata.datapipes.iter.IterDataPipe", "datasets.IterableDataset",
+})
+# Hugging Face `datasets` (its "Loading methods" reference: `load_dataset(...)` returns a
+# `Dataset` or `DatasetDict`, and with `streaming=True` an `IterableDataset`; its
+# "Stream" guide: the streamed one is "not the classic map-style `datasets.Dataset`").
+# Constructors of a map-style `Dataset` / `DatasetDict` (unless `streaming=`):
+HF_DATASET_SOURCES = frozenset({
+    "datasets.load_dataset", "datasets.load_from_disk", "datasets.Dataset.from_dict",
+    "datasets.Dataset.from_pandas", "datasets.Dataset.from_list", "datasets.Dataset.from_csv",
+    "datasets.Dataset.from_json", "datasets.Dataset.from_parquet", "datasets.Dataset.from_generator"})
+# Functions of several `Dataset`s that return one `Dataset` holding their rows in the given
+# order (`concatenate_datasets`: the rows of the first, then of the next, …).
+HF_DATASET_COMBINERS = frozenset({"datasets.concatenate_datasets"})
+# Methods that return a `Dataset` (or `DatasetDict`) of the same rows in the same order:
+# row-wise transforms, column edits, formats, and `select`/`filter` (a subset, order kept).
+HF_ORDER_KEEPING = frozenset({
+    "map", "filter", "remove_columns", "rename_column", "rename_columns", "select_columns",
+    "with_format", "set_format", "with_transform", "set_transform", "cast", "cast_column",
+    "flatten", "select", "add_column"})
+# Not in the table on purpose: `.shuffle(seed=...)` draws one order (the same every epoch,
+# but random: "a one-time order", left alone like `random_split`), `.train_test_split()`
+# shuffles by default for the same reason, `.to_iterable_dataset()` makes it iterable.
+
+# Random draws inside a dataset class (by qualified-name prefix) ...
+RANDOM_DRAW_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.randperm",
+                        "torch.multinomial", "torch.normal", "torch.bernoulli")
+# ... of which these return real numbers: augmentation parameters (a flip's coin, a crop's
+# scale), never an index into the data. A class that draws only these and picks its sample
+# by `__getitem__`'s index keeps the index order.
+REAL_VALUED_DRAWS = frozenset({
+    "random.random", "random.uniform", "random.gauss", "random.normalvariate",
+    "random.triangular", "random.betavariate", "random.expovariate",
+    "numpy.random.rand", "numpy.random.randn", "numpy.random.random", "numpy.random.uniform",
+    "numpy.random.normal", "numpy.random.random_sample", "numpy.random.beta",
+    "numpy.random.standard_normal",
+    "torch.rand", "torch.randn", "torch.rand_like", "torch.randn_like", "torch.normal",
+    "torch.bernoulli"})
+# Methods of a random generator object (`rng = np.random.default_rng(); rng.integers(...)`,
+# `random.Random(0).randint(...)`) that draw integers or pick elements: possible indices.
+INTEGER_DRAW_METHODS = frozenset({"integers", "randint", "randrange", "choice", "choices",
+                                  "sample", "permutation", "shuffle"})
