@@ -267,6 +267,7 @@ def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
             return None
         return (_constructed_kind(analysis, facts, expr)
                 or _hf_kind(analysis, facts, expr)
+                or _index_kind(analysis, facts, expr)
                 or _returned_kind(analysis, facts, expr, depth))
     if isinstance(expr, ast.Subscript):
         return _hf_kind(analysis, facts, expr)   # `random_split(...)[0]` and other indexing: no
@@ -299,6 +300,19 @@ def _hf_kind(analysis, facts, expr: ast.expr) -> Optional[str]:
     if _EVAL_SPLIT.match(split):
         return None
     return f"a map-style Hugging Face `Dataset` (split `{split}`)"
+
+
+def _index_kind(analysis, facts, call: ast.Call) -> Optional[str]:
+    """`DataLoader(range(n))`, `DataLoader(torch.arange(n))`, `DataLoader(train_idx)` of a
+    tensor: a sequence is map-style (it has `__getitem__` and `__len__`), so the loader
+    yields its elements, the batches of indices a loop then gathers, in the same order."""
+    if isinstance(call.func, ast.Name) and call.func.id == "range" \
+            and analysis.imports.qualname(call.func) is None \
+            and analysis.index.function_named("range", facts.func) is None:
+        return "a `range` of indices"
+    if facts.value(call).has(V.TENSOR):
+        return "a tensor (a loader yields its rows in order)"
+    return None
 
 
 def _split_of(expr: ast.expr) -> Optional[str]:
