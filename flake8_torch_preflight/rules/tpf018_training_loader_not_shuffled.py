@@ -8,12 +8,24 @@ LightningDataModule's `train_dataloader()` returns under a single-device `Traine
 - it has no `shuffle=True`, no `sampler=` / `batch_sampler=` and no `**kwargs`;
 - its dataset is provably map-style: `TensorDataset`, `Subset`, `ConcatDataset`, a
   `torchvision.datasets` class (not `train=False` / a test split), a Hugging Face dataset
-  split (`load_dataset(...)` without `streaming=True`, through `.map`, `.filter`,
-  `.rename_column`, … but not `.shuffle`), or a dataset class of the project that defines
-  `__getitem__` and no `__iter__`;
-- nothing shuffles by other means: no random draws in the dataset class, no
-  `shuffle` / `permutation` / `set_epoch` call in the training loop or the loops around it,
-  no order drawn once (`random_split`, `randperm` indices);
+  or split (`load_dataset(...)` without `streaming=`, `Dataset.from_*`,
+  `concatenate_datasets` of such, `ds["train"]`, through `.map`, `.filter`, `.select`,
+  `.with_transform`, `.rename_column`, … but not `.shuffle`, `.train_test_split` or
+  `.to_iterable_dataset`; a `ds["train"] = ...` elsewhere in the file must keep the order
+  too), a dataset class of the project (this file or another, within the cross-file depth)
+  that defines `__getitem__` and no `__iter__` and derives from no `IterableDataset`, a
+  `range(...)` or a tensor (a loader over indices), or what a plain function of the project
+  returns when every `return` of it is one of these (`make_train_dataset(args)`);
+- nothing shuffles by other means: the dataset class neither shuffles nor draws an order
+  (`random.shuffle`, `np.random.permutation`, `randperm`, `np.random.choice`, a
+  `.shuffle()` / `.permutation()` method) in any method, and if it draws random numbers at
+  all, its `__getitem__` reads its sample with the index it is given, never rebinds it and
+  subscripts nothing with a random integer (random augmentation of the indexed sample, a
+  flip's coin or a random prompt template, keeps the order); no `shuffle` / `permutation` /
+  `set_epoch` call in the training loop or the loops around it; no order drawn once
+  (`random_split`, `randperm` indices, a Hugging Face `.shuffle(seed=...)`);
+- the data is not random noise: a `TensorDataset` of fresh `torch.randn` draws (directly or
+  from a helper) reads the same in any order;
 - the training is not order-dependent: no forward in the loop takes a carried state
   (`model(x, hidden)`, `mems`, `past_key_values`).
 
@@ -61,9 +73,20 @@ seen. Accelerate's `prepare` keeps the loader's own order and does not silence t
 DDP file's unsharded loader is left to TPF008. A loader handed to a call that rebinds it
 (`model, opt, loader =
 privacy_engine.make_private(..., data_loader=loader)`) may be replaced and is not judged.
-Iterable datasets, datasets of unknown kind (from a factory or another package), graph
-loaders (PyG, DGL), loaders iterated through `iter()`/`next()` or by a training loop in
-another file, and shuffling done by a project helper called elsewhere are not judged.
+Iterable datasets, datasets of unknown kind (from another package, a method, or a factory
+with a `return` we cannot judge), graph loaders (PyG, DGL), loaders iterated through
+`iter()`/`next()` or by a training loop in another file, and shuffling done by a project
+helper called elsewhere are not judged.
+A Hugging Face split shuffled once on some path (`if args.max_train_samples:
+dataset["train"] = dataset["train"].shuffle(seed=...).select(...)`, the pattern of the
+diffusers examples) is left alone, although the default path reads the stored order: the
+rule cannot prove which path runs, and an order drawn once is not what it reports.
+What was read for the dataset kinds: torch's `torch.utils.data` docs ("Dataset Types": a
+map-style dataset implements `__getitem__` and `__len__`, an iterable one subclasses
+`IterableDataset` and implements `__iter__`; the default sampler of an unshuffled loader is
+sequential); Hugging Face `datasets`' "Loading methods" reference (`load_dataset` returns a
+`Dataset` or `DatasetDict`, `streaming: bool = False`) and its "Stream" guide (a streamed
+dataset is an `IterableDataset`, "not the classic map-style `datasets.Dataset`").
 """
 from __future__ import annotations
 
