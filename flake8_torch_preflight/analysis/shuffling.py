@@ -8,11 +8,14 @@ LightningDataModule's `train_dataloader` hook returns, and decides, lenient towa
 
 - does the loader shuffle, or may it (`shuffle=` anything but a literal False, a sampler or
   batch sampler, `**kwargs`)?
-- is its dataset *provably* map-style (a table of torch / torchvision constructors, a class
-  of the project that defines `__getitem__` and no `__iter__`), or iterable / unknown?
-- does the dataset, or the training code, shuffle by itself (random draws in the dataset
-  class, a `shuffle`/`permutation`/`set_epoch` call in the loop, an order drawn once with
-  `random_split`/`randperm`)?
+- is its dataset *provably* map-style (the tables of `semantics.data`: torch / torchvision
+  constructors, Hugging Face datasets and their order-keeping methods; a class of the
+  project that defines `__getitem__` and no `__iter__`; a `range` or tensor of indices; a
+  project function whose every `return` is one of these), or iterable / unknown?
+- does the dataset, or the training code, shuffle by itself (an order drawn in the dataset
+  class, or random draws with a `__getitem__` that does not read by its index; a
+  `shuffle`/`permutation`/`set_epoch` call in the loop; an order drawn once with
+  `random_split`/`randperm`/`Dataset.shuffle`)? Is it random noise (synthetic data)?
 - does the training carry state from one batch to the next (truncated BPTT:
   `model(x, hidden)`), so that order is the point?
 
