@@ -24,7 +24,7 @@ class ImportTable:
         self.modules: Set[str] = set()
         self.star_modules: List[str] = []   # `from .models import *`
         self._module_name = module_name
-        for node in _import_statements(tree.body):
+        for node in import_statements(tree.body):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     self.modules.add(alias.name)
@@ -80,7 +80,7 @@ class ImportTable:
         return False
 
 
-def _import_statements(body):
+def import_statements(body):
     """Import statements anywhere in the file, visiting statements only (not expressions)."""
     todo = list(body)
     while todo:

@@ -10,16 +10,20 @@ helper defined in the file is followed (`function_seeds`, transitive like
 from __future__ import annotations
 
 import ast
+import os
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from . import project
 from . import torchapi as api
+from .epochs import argument_for
 from .events import CallSite, FunctionFacts
+from .imports import import_statements
 from .memo import per_file
 from .questions import Does
 
 TORCH, TORCH_CUDA, NUMPY, RANDOM = "torch", "torch.cuda", "numpy", "random"
 ALL = frozenset({TORCH, TORCH_CUDA, NUMPY, RANDOM})
+_NONE: FrozenSet[str] = frozenset()
 
 _SEEDERS: Dict[str, FrozenSet[str]] = {
     "torch.manual_seed": frozenset({TORCH, TORCH_CUDA}),
@@ -62,6 +66,11 @@ _OWN_SEED_WORDS = ("sampler", "loader", "rng", "generator", "dataset", "split", 
                    "randomstate", "seedsequence", "permutation")
 _MAX_HOPS = 3   # files followed from the linted one
 
+# Binding some arguments of a function: the partial calls the function it is given.
+_PARTIALS = frozenset({"functools.partial"})
+# Annotations that say a parameter holds a function (`init_fn: Callable`).
+_CALLABLE_TYPES = frozenset({"typing.Callable", "collections.abc.Callable"})
+
 # Draws from the global generators.
 _NUMPY_NOT_DRAWS = frozenset({"seed", "get_state", "set_state", "default_rng", "RandomState",
                               "Generator", "SeedSequence", "PCG64", "MT19937", "Philox", "SFC64",
@@ -75,7 +84,13 @@ _RANDOM_DRAWS = frozenset({"random", "randint", "randrange", "choice", "choices"
 
 def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
     """The generators this call seeds (a local helper: through its own body; a function or
-    class of another project file: through that file's analysis)."""
+    class of another project file: through that file's analysis), including through the
+    functions it is given as values: `functools.partial(prepare_run, ...)` or
+    `benchmark(init_fn=prepare_run)` is taken to run `prepare_run` (the receiver calls it)."""
+    return _callee_seeds(analysis, call, hops) | _passed_function_seeds(analysis, call, hops)
+
+
+def _callee_seeds(analysis, call: CallSite, hops: int) -> FrozenSet[str]:
     qual = call.qualname
     if qual is not None:
         if qual in _SEEDERS:
@@ -103,6 +118,56 @@ def call_seeds(analysis, call: CallSite, hops: int = 0) -> FrozenSet[str]:
         if cls is not None:
             return class_seeds(analysis, cls, hops)   # `MyTrainer(...)` of a Trainer subclass
     return frozenset()
+
+
+def _passed_function_seeds(analysis, call: CallSite, hops: int) -> FrozenSet[str]:
+    """What the functions passed to `call` as arguments seed, were they called."""
+    return _passed_function_seeds_of(analysis, call.node, hops)
+
+
+def _passed_function_seeds_of(analysis, node: ast.Call, hops: int) -> FrozenSet[str]:
+    result: FrozenSet[str] = frozenset()
+    for arg in node.args:
+        result |= _reference_seeds(analysis, arg.value if isinstance(arg, ast.Starred) else arg,
+                                   hops)
+    for kw in node.keywords:
+        result |= _reference_seeds(analysis, kw.value, hops)
+    return result
+
+
+def _reference_seeds(analysis, expr: ast.expr, hops: int) -> FrozenSet[str]:
+    """What calling the function `expr` names (not calls) would seed: a function of the
+    file, a seeding function of a library (by the tables), a function or class of another
+    project file, or what the calls in a lambda's body name. Anything else (a variable, a
+    bound method) seeds nothing known. (Called for every argument of every call: the
+    common cases are decided first.)"""
+    if isinstance(expr, ast.Name):
+        qual = analysis.imports.resolve_name(expr.id)
+        if qual is None:
+            local = analysis.index.function_named(expr.id, None)
+            return function_seeds(analysis, local, hops) if local is not None else _NONE
+    elif isinstance(expr, ast.Attribute):
+        qual = analysis.imports.qualname(expr)
+        if qual is None:
+            return _NONE
+    elif isinstance(expr, ast.Lambda):     # `lambda arr: decode(arr, vocab)`: its calls
+        return frozenset().union(*(_reference_seeds(analysis, call.func, hops) |
+                                   _passed_function_seeds_of(analysis, call, hops)
+                                   for call in _lambda_calls(expr)))
+    else:
+        return _NONE
+    if qual in _SEEDERS:
+        return _SEEDERS[qual]
+    if qual.rsplit(".", 1)[-1] in _SEED_ALL_NAMES:
+        return ALL      # `functools.partial(set_seed, 42)`
+    return _project_seeds(analysis, qual, hops)
+
+
+def _local_function(analysis, expr: ast.expr):
+    """The module-level function of this file a bare name refers to (not an import)."""
+    if not isinstance(expr, ast.Name) or analysis.imports.resolve_name(expr.id) is not None:
+        return None
+    return analysis.index.function_named(expr.id, None)
 
 
 def _default_seeding_off(call: CallSite, keyword: str, off) -> bool:
@@ -182,49 +247,206 @@ def function_seeds(analysis, func, hops: int = 0) -> FrozenSet[str]:
 
 
 @per_file("file_seeds")
-def file_seeds(analysis) -> Dict[str, Tuple[int, str]]:
-    """generator -> (line, text) of the first call in the file that seeds it."""
-    seeds: Dict[str, Tuple[int, str]] = {}
+def file_seeds(analysis) -> Dict[str, Tuple[int, str, str]]:
+    """generator -> (line, text, where) of the first thing in the file that seeds it: a call
+    (`where` is "line 12"), or the import of a project module whose module-level code seeds
+    (`where` says which line of which file, run by the import at `line`). The imported
+    modules are only read while the file's own calls leave something TPF011 would say."""
+    seeds: Dict[str, Tuple[int, str, str]] = {}
+
+    def record(gens, line: int, text: str, where: str) -> None:
+        for gen in gens:
+            if gen not in seeds or line < seeds[gen][0]:
+                seeds[gen] = (line, text, where)
+
     for facts in analysis.all_facts():
-        local_nodes = {id(lc.node): lc for lc in facts.local_calls}
-        for call in facts.calls:
-            lc = local_nodes.get(id(call.node))
-            gens = call_seeds(analysis, call)     # `MyTrainer(...)`: through its bases too
-            if lc is not None:
-                gens |= function_seeds(analysis, lc.callee)
-            for gen in gens:
-                line = call.site.line
-                if gen not in seeds or line < seeds[gen][0]:
-                    seeds[gen] = (line, _text(call))
+        for call, gens in _seeding_calls(analysis, facts):
+            record(gens, call.site.line, _text(call), f"line {call.site.line}")
     # A class of the file that trains in its methods was built to run them (`main(Trainer)`
     # builds it elsewhere): its constructor's seeding (a project base's `__init__`) counts.
     for cls in analysis.index.classes.values():
         if not any(analysis.function_does(m, Does.BACKWARD) for m in cls.methods.values()):
             continue
-        for gen in class_seeds(analysis, cls):
-            line = cls.node.lineno
-            if gen not in seeds or line < seeds[gen][0]:
-                seeds[gen] = (line, f"{cls.name}.__init__(...)")
+        line = cls.node.lineno
+        record(class_seeds(analysis, cls), line, f"{cls.name}.__init__(...)", f"line {line}")
+    if _settled(seeds, random_draws(analysis)):
+        return seeds     # what the imports run cannot change the verdict: not read (speed)
+    for stmt, other in _imported_project_modules(analysis):
+        for gen, (line, text) in import_time_seeds(other).items():
+            record({gen}, stmt.lineno, text, f"line {line} of {os.path.basename(other.filename)}, "
+                                             f"run by the import at line {stmt.lineno}")
     return seeds
 
 
-@per_file("random_draws")
+def _settled(seeds, draws) -> bool:
+    """torch and every global generator the file draws from are seeded by the file's own
+    calls: more seeding found elsewhere changes nothing TPF011 says."""
+    return TORCH in seeds and all(gen in seeds for gen in draws)
+
+
+def _seeding_calls(analysis, facts: FunctionFacts):
+    """(call, the generators it seeds) for each call of `facts` that seeds something."""
+    local_nodes = {id(lc.node): lc for lc in facts.local_calls}
+    for call in facts.calls:
+        gens = call_seeds(analysis, call)     # `MyTrainer(...)`: through its bases too
+        lc = local_nodes.get(id(call.node))
+        if lc is not None:
+            gens |= function_seeds(analysis, lc.callee)
+        if gens:
+            yield call, gens
+
+
+@per_file("import_time_seeds", guard={})
+def import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
+    """generator -> (line, text) of the first call that seeds it when the module is
+    imported: its module-level statements (not those under its own `__main__` guard), and
+    those of the project modules it imports in turn (as far as `other_file` reads)."""
+    seeds: Dict[str, Tuple[int, str]] = {}
+    guard = main_guard(analysis)
+    for call, gens in _seeding_calls(analysis, analysis.module_facts):
+        if guard is not None and guard.lineno <= call.site.line <= guard.end_lineno:
+            continue      # runs only when the module is executed as a script
+        for gen in gens:
+            seeds.setdefault(gen, (call.site.line, _text(call)))
+    for stmt, other in _imported_project_modules(analysis):
+        for gen, (line, text) in import_time_seeds(other).items():
+            seeds.setdefault(gen, (stmt.lineno, text))
+    return seeds
+
+
+def _imported_project_modules(analysis):
+    """(import statement, analysis of the project module it imports) for each import of
+    the file that names a project module the resolver finds (`from reading_data import X`,
+    `import utils`, `from . import data`); libraries are not looked up."""
+    for stmt in import_statements(analysis.tree.body):
+        for module in _imported_module_names(stmt):
+            if not project.is_project_name(module):
+                continue
+            other = project.other_analysis(analysis, module)
+            if other is not None and other is not analysis:
+                yield stmt, other
+
+
+def _imported_module_names(stmt):
+    if isinstance(stmt, ast.Import):
+        return [alias.name for alias in stmt.names]
+    base = "." * stmt.level + (stmt.module or "")
+    # `from pkg import sub` runs `pkg/__init__.py`, and `pkg/sub.py` where `sub` is a module
+    names = [base] if base.strip(".") else []
+    sep = "" if base.endswith(".") or not base else "."
+    names.extend(f"{base}{sep}{alias.name}" for alias in stmt.names if alias.name != "*")
+    return names
+
+
 @per_file("unseen_setup")
 def unseen_setup_call(analysis) -> Optional[CallSite]:
     """A call the analysis cannot see into that may seed for the script: a function of the
     project it cannot read (a relative import, or a module that is a file or folder of the
-    project, as the resolver finds them), or a library entry point named for setting a run
-    up (`detectron2.engine.default_setup(cfg, args)` seeds every generator). A library call
-    is otherwise judged by the seeding tables only: `gym.make`, `wandb.init` or
-    `deepspeed.init_distributed` seed nothing. While one is there, "nothing is seeded" is
-    not proven."""
+    project, as the resolver finds them), a library entry point named for setting a run
+    up (`detectron2.engine.default_setup(cfg, args)` seeds every generator), or a call of a
+    function parameter whose argument is not a function the analysis reads (see
+    `_unresolved_callable_parameter`). A library call is otherwise judged by the seeding
+    tables only: `gym.make`, `wandb.init` or `deepspeed.init_distributed` seed nothing.
+    While one is there, "nothing is seeded" is not proven."""
     for facts in analysis.all_facts():
         for call in facts.calls:
-            if not call.unseen or call.qualname is None:
+            if not call.unseen:
+                continue
+            if call.qualname is None:
+                if _unresolved_callable_parameter(analysis, facts.func, call.node.func):
+                    return call
                 continue
             last = call.qualname.rsplit(".", 1)[-1].lower()
             if "setup" in last or _project_code(analysis, call.qualname):
                 return call
+    return None
+
+
+def _unresolved_callable_parameter(analysis, func, callee: ast.expr) -> bool:
+    """`init_fn()` where `init_fn` is a parameter of `func` that holds a function (annotated
+    `Callable`, or given a function, a `functools.partial` or a lambda by a caller), and
+    some value it may hold is not a function the seeding search reads: no caller in the
+    file, a defaulted or lambda argument, a variable. The functions the callers do pass are
+    searched where they are passed (`call_seeds`); a model parameter (`model(x)`) is not a
+    function parameter."""
+    if func is None or not isinstance(callee, ast.Name) or callee.id not in func.params:
+        return False
+    index = func.params.index(callee.id)
+    passed = [argument_for(func, lc.node, index) for _, lc in analysis.callers(func)]
+    if not (_annotated_callable(analysis, func, index) or
+            any(e is not None and _function_like(analysis, e) for e in passed)):
+        return False
+    return not passed or not all(e is not None and _readable_function(analysis, e)
+                                 for e in passed)
+
+
+def _annotated_callable(analysis, func, index: int) -> bool:
+    args = func.node.args
+    params = args.posonlyargs + args.args + args.kwonlyargs
+    annotation = params[index].annotation if index < len(params) else None
+    if isinstance(annotation, ast.Subscript):
+        annotation = annotation.value         # `Callable[..., Model]`
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.split("[", 1)[0].rsplit(".", 1)[-1] == "Callable"
+    return analysis.imports.qualname(annotation) in _CALLABLE_TYPES
+
+
+def _function_like(analysis, expr: ast.expr) -> bool:
+    """A value that is a function: a lambda, a partial, a function of the file or of another
+    project file."""
+    if isinstance(expr, ast.Lambda) or _partial_of(analysis, expr) is not None:
+        return True
+    if _local_function(analysis, expr) is not None:
+        return True
+    qual = analysis.imports.qualname(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+    return qual is not None and project.is_project_name(qual) and \
+        project.resolve_function(analysis, qual) is not None
+
+
+def _readable_function(analysis, expr: ast.expr) -> bool:
+    """A function whose seeding the search reads where it is passed: one of the file, one
+    of another project file the resolver finds, a library function (judged by the tables),
+    a partial of one of these, or a lambda whose calls are all such functions (or methods
+    of values, judged as everywhere else)."""
+    if isinstance(expr, ast.Lambda):
+        return all(_readable_callee(analysis, call.func) for call in _lambda_calls(expr))
+    inner = _partial_of(analysis, expr)
+    if inner is not None:
+        return _readable_function(analysis, inner)
+    if _local_function(analysis, expr) is not None:
+        return True
+    qual = analysis.imports.qualname(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+    return qual is not None and _readable_qualname(analysis, qual)
+
+
+def _readable_callee(analysis, func: ast.expr) -> bool:
+    if _local_function(analysis, func) is not None:
+        return True
+    qual = analysis.imports.qualname(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
+    # `x.to(device)`, `int(x)`: a method of a value or a builtin, judged as every call that
+    # names no import is (no seeding)
+    return qual is None or _readable_qualname(analysis, qual)
+
+
+def _readable_qualname(analysis, qual: str) -> bool:
+    """Not a function `unseen_setup_call` would take to maybe seed: project code the
+    resolver cannot read, or a library entry point named for setting a run up."""
+    if project.resolve(analysis, qual) is not None:
+        return True
+    return "setup" not in qual.rsplit(".", 1)[-1].lower() and not _project_code(analysis, qual)
+
+
+def _lambda_calls(expr: ast.Lambda):
+    return [node for node in ast.walk(expr.body) if isinstance(node, ast.Call)]
+
+
+def _partial_of(analysis, expr: ast.expr) -> Optional[ast.expr]:
+    """`f` in `functools.partial(f, ...)`."""
+    if isinstance(expr, ast.Call) and expr.args and \
+            analysis.imports.qualname(expr.func) in _PARTIALS:
+        return expr.args[0]
     return None
 
 
@@ -239,6 +461,7 @@ def _project_code(analysis, qualname: str) -> bool:
     return project.module_file(analysis.filename, top) is not None
 
 
+@per_file("random_draws")
 def random_draws(analysis) -> Dict[str, Tuple[FunctionFacts, CallSite]]:
     """generator -> the first call that draws from its global state (numpy, random, torch)."""
     draws: Dict[str, Tuple[FunctionFacts, CallSite]] = {}

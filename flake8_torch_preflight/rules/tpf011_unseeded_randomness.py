@@ -22,7 +22,12 @@ the others seed every generator with their default `seed=1024` unless given `see
 Lightning's `LightningCLI` (unless `seed_everything_default=False`), building an HF/TRL
 `Trainer` or a subclass of one (it seeds from `TrainingArguments.seed`), or a helper or
 base-class `__init__` that does any of these — in the file or in another file of the
-project (followed through calls; a class whose methods train counts as built).
+project (followed through calls; a class whose methods train counts as built). A function
+passed as a value counts as called by what receives it
+(`benchmark(functools.partial(prepare_run, fused=True))`, `init_fn=prepare_run`, a lambda's
+calls), and the module-level code of a project module the script imports runs at import
+(`np.random.seed(12345)` at the top of `reading_data.py` seeds NumPy for the script; code
+under that module's own `__main__` guard does not run).
 `torch.use_deterministic_algorithms` and cuDNN flags do not seed anything.
 
 ## Why is this bad?
@@ -74,8 +79,11 @@ whose file cannot be found counts as not seeding), and generator objects
 (`np.random.default_rng(seed)`, `torch.Generator`) are not tracked.
 The note ("nothing is seeded") is quiet while a call the analysis cannot see into may seed:
 a function of the project it cannot read (a relative import, or a module that is a file or
-package folder of the project), or a library entry point named for setting a run up
-(`detectron2.engine.default_setup`). Other library calls (`gym.make`, `wandb.init`,
+package folder of the project), a library entry point named for setting a run up
+(`detectron2.engine.default_setup`), or a call of a function parameter (`init_fn()`,
+annotated `Callable` or given a function by a caller) that some caller fills with
+something else than a function it reads (a registry lookup, a variable), or that no call
+in the file fills. Other library calls (`gym.make`, `wandb.init`,
 `deepspeed.init_distributed`) are judged by the seeding tables alone.
 Modules that only define training functions for another script (no `__main__` guard and
 no module-level code that trains, like `engine.py` beside `main.py`) are skipped: the seed
@@ -134,7 +142,8 @@ class UnseededRandomness(Rule):
         parts = []
         for g in (TORCH, TORCH_CUDA, NUMPY, RANDOM):
             if g in seeds and not (g == TORCH_CUDA and TORCH in seeds):
-                parts.append(f"{_NAMES[g]} (`{seeds[g][1]}` line {seeds[g][0]})")
+                _, text, where = seeds[g]
+                parts.append(f"{_NAMES[g]} (`{text}` {where})")
         seeded = ", ".join(parts)
         for gen in (NUMPY, RANDOM):
             if gen in draws and gen not in seeds:
@@ -145,13 +154,16 @@ class UnseededRandomness(Rule):
                     f"the script seeds {seeded} but not {_NAMES[gen]}; {trains}",
                     f"add `{_FIX[gen]}` next to the other seeding", WARNING)
         if TORCH not in seeds:
-            line, text = min(seeds.values())
+            line, text, where = min(seeds.values())
+            named = f"`{text}`"
+            if where != f"line {line}":
+                named += f" ({where})"    # run at the import of another project file
             if TORCH_CUDA in seeds:
-                what = (f"`{text}` seeds only CUDA: weight init and shuffling use torch's CPU "
+                what = (f"{named} seeds only CUDA: weight init and shuffling use torch's CPU "
                         "generator, which stays unseeded")
             else:
                 what = ("torch's generator (weight init, dropout, loader shuffling) is never "
-                        f"seeded, though `{text}` seeds another one")
+                        f"seeded, though {named} seeds another one")
             draw = draws.get(TORCH)
             extra = f"; torch draws at line {draw[1].site.line}" if draw else ""
             yield Finding(
