@@ -58,7 +58,10 @@ needs (`if not math.isfinite(loss.item())`). Tensor-ness comes from the flow ana
 tensor returned by another package's function is not recognised. Implicit syncs (`if t:`,
 boolean masks, `nonzero()`) and `.item()` returned from a per-step helper are not reported.
 A tensor that never left the CPU (labels straight from the loader) is not told apart from a
-GPU tensor.
+GPU tensor. A host buffer that the loops around the store read back into computation (label
+reuse: `preds[idx] = out.cpu()`, then `preds_old[idx].to(device)` fed to the model) is not
+logging, so no "just to log" note; reads after the loop or in other methods of a `self.`
+buffer are not followed.
 """
 from __future__ import annotations
 
