@@ -229,12 +229,12 @@ def sharding_reason(analysis, facts: FunctionFacts, call: CallSite) -> Optional[
         return "no dataset argument"
     if _dataset_sharded(analysis, facts, scope, dataset, depth=2):
         return "the dataset is split by rank"
-    if _synthetic(analysis, scope, dataset, depth=6):
+    if synthetic_data(analysis, scope, dataset, depth=6):
         return "the dataset is drawn at random on each rank (synthetic data)"
     return None
 
 
-def _synthetic(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
+def synthetic_data(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
     """A dataset of fresh random draws (`TensorDataset(torch.randn(n, d), ...)`,
     `torchvision.datasets.FakeData`): each rank draws its own, so there is nothing to shard.
     A name counts when every assignment of it in the function is synthetic."""
@@ -242,7 +242,7 @@ def _synthetic(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
         return False
     if isinstance(expr, ast.Name):
         producers = scope.producers.get(expr.id, [])
-        return bool(producers) and all(_synthetic(analysis, scope, p, depth - 1) for p in producers)
+        return bool(producers) and all(synthetic_data(analysis, scope, p, depth - 1) for p in producers)
     if not isinstance(expr, ast.Call):
         return False
     qual = analysis.imports.qualname(expr.func)
@@ -251,14 +251,14 @@ def _synthetic(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in api.TENSOR_INPLACE_DRAWS:
         return True   # `torch.empty(n, dtype=torch.long).random_(classes)`
     if qual in api.TENSOR_DATASETS:
-        return bool(expr.args) and all(_synthetic(analysis, scope, a, depth - 1) for a in expr.args)
+        return bool(expr.args) and all(synthetic_data(analysis, scope, a, depth - 1) for a in expr.args)
     if qual is None and isinstance(expr.func, ast.Name):
         func = analysis.index.function_named(expr.func.id, None)
         if func is not None:   # `random_dataset(n, dim)` of this file: what it returns
             returns = [node.value for node in ast.walk(func.node)
                        if isinstance(node, ast.Return) and node.value is not None]
             inner = scope_of(analysis, analysis.facts_for(func))
-            return bool(returns) and all(_synthetic(analysis, inner, r, depth - 1) for r in returns)
+            return bool(returns) and all(synthetic_data(analysis, inner, r, depth - 1) for r in returns)
     return False
 
 

@@ -30,19 +30,18 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, keyword, short
-from .distributed import (_synthetic, all_calls, ddp_wraps, evaluation_loader, loader_constructions,
-                          scope_of, sharding_reason)
+from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
+                          sharding_reason, synthetic_data)
 from .epochs import argument_for, iterated_loaders
 from .events import CallSite, FunctionFacts
 from .index import VAL_LOADER_RE, FunctionInfo
 from .memo import per_file
 from .project import is_project_name, resolve, resolve_class
 from .semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ORDER_KEEPING,
-                             INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES, RANDOM_DRAW_PREFIXES,
-                             REAL_VALUED_DRAWS)
+                             INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES,
+                             RANDOM_DRAW_PREFIXES, REAL_VALUED_DRAWS)
 
 # An order drawn once (`random_split`, a permuted index list): random, if fixed.
 ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm",
@@ -180,7 +179,7 @@ def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
     if dataset is None or _named_for_evaluation(dataset):
         return None
     kind = _dataset_kind(analysis, facts, dataset, depth=2)
-    if kind is None or _synthetic(analysis, scope_of(analysis, facts), dataset, depth=6):
+    if kind is None or synthetic_data(analysis, scope_of(analysis, facts), dataset, depth=6):
         return None           # random noise in any order is the same noise
     if loop is not None and (_carries_state(analysis, loop_facts, loop)
                              or _reshuffles(analysis, loop_facts, loop)):

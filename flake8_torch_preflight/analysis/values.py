@@ -199,12 +199,12 @@ class Value:
     def as_container(self) -> "Value":
         """A container holding elements like this one."""
         return _replace(self, tags=self.tags | {CONTAINER}, node=None, elements=None,
-                       fields=(), activation=None)
+                        fields=(), activation=None)
 
     def unpacked(self) -> "Value":
         """One item of `a, b = value` when the items are not known one by one."""
         return _replace(self, tags=self.tags - {CONTAINER}, leaf=False, node=None,
-                       elements=None, fields=(), activation=None)
+                        elements=None, fields=(), activation=None)
 
     def as_attribute(self) -> "Value":
         """What `self.x` holds as seen from another method: the object, without the flow
