@@ -182,6 +182,10 @@ def _reads(stmt: ast.stmt, tainted: Set[str]) -> Iterator[ast.AST]:
                 yield node
 
 
+# `match` statements exist from Python 3.10 on; on 3.9 nothing is an instance of this.
+_MATCH = getattr(ast, "Match", ())
+
+
 def _evaluated(stmt: ast.stmt) -> List[ast.AST]:
     if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
         return [stmt.value] if stmt.value is not None else []
@@ -191,7 +195,7 @@ def _evaluated(stmt: ast.stmt) -> List[ast.AST]:
         return [stmt.test]
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
         return [item.context_expr for item in stmt.items]
-    if isinstance(stmt, ast.Match):
+    if isinstance(stmt, _MATCH):
         return [stmt.subject]
     if isinstance(stmt, (ast.Expr, ast.Return, ast.Assert, ast.Raise)):
         return [stmt]
