@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .noqa import TOKENIZE_ERRORS
+
 FORMAT = 1
 NEW, UNCHANGED, ABSENT = "new", "unchanged", "absent"
 _SKIPPED_TOKENS = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
@@ -79,7 +81,7 @@ def normalise(text: str) -> str:
         for token in tokenize.generate_tokens(io.StringIO(text.strip() + "\n").readline):
             if token.type not in _SKIPPED_TOKENS:
                 words.append(token.string)
-    except (tokenize.TokenError, IndentationError, SyntaxError):
+    except TOKENIZE_ERRORS:
         pass
     if words:
         return " ".join(words)

@@ -15,6 +15,7 @@ from typing import Iterable, List, Optional, Sequence
 
 from .analysis import FileAnalysis
 from .findings import Finding
+from .noqa import TOKENIZE_ERRORS
 from .rules import ALL_RULES
 
 LOG = logging.getLogger("flake8_torch_preflight")
@@ -88,7 +89,7 @@ def has_skip_file_comment(lines: Iterable[str]) -> bool:
         for token in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
             if token.type == tokenize.COMMENT and token.string.lstrip("#").strip() == SKIP_FILE:
                 return True
-    except (tokenize.TokenError, SyntaxError):
+    except TOKENIZE_ERRORS:
         return False
     return False
 

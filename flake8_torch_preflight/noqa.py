@@ -64,12 +64,17 @@ def file_is_skipped(lines: Sequence[str]) -> bool:
     return any(NOQA_FILE.match(line) for line in lines)
 
 
+# What tokenizing a broken file can raise. CPython 3.13.0's tokenizer raises SystemError
+# ("returned a result with an exception set") on some NUL bytes instead of TokenError.
+TOKENIZE_ERRORS = (tokenize.TokenError, SyntaxError, IndentationError, SystemError)
+
+
 def _line_mapping(lines: Sequence[str]) -> Dict[int, str]:
     """Line number -> the (possibly joined) text flake8 searches for `noqa`."""
     mapping: Dict[int, str] = {}
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO("".join(lines)).readline))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
+    except TOKENIZE_ERRORS:
         return mapping
     first, last = len(lines) + 2, -1
     for token in tokens:

@@ -473,8 +473,8 @@ def _comment_tokens(tokenize: Any, readline: Any, offset: int) -> List[Tuple[int
         for tok in tokenize.generate_tokens(readline):
             if tok.type == tokenize.COMMENT:
                 out.append((tok.start[0] + offset, tok.start[1], tok.string))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
+    except (tokenize.TokenError, IndentationError, SyntaxError, SystemError):
+        pass   # SystemError: CPython 3.13.0's tokenizer on some NUL bytes
     return out
 
 
