@@ -110,6 +110,10 @@ SCALER_NAMES = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler",
      "torch.GradScaler"}
 )
+# Progress bars that iterate what they wrap, and whose context manager returns the bar itself
+# (`with tqdm(loader) as bar: for batch in bar:`): for iteration, the bar is what it wraps.
+PROGRESS_WRAPPERS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",
+                               "tqdm.std.tqdm", "tqdm.rich.tqdm", "rich.progress.track"})
 DATALOADER_NAMES = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader",
                               # torchdata's checkpointable loader (a DataLoader subclass)
                               "torchdata.stateful_dataloader.StatefulDataLoader",
@@ -140,10 +144,17 @@ DDP_WRAPPERS = frozenset(
         "torch.distributed._composable.fsdp.fully_shard",
         "apex.parallel.DistributedDataParallel",
         "apex.parallel.distributed.DistributedDataParallel",
+        # Opacus (differential privacy): its DDP, and its FSDP2 wrapper (`fully_shard` inside)
+        "opacus.distributed.DifferentiallyPrivateDistributedDataParallel",
+        "opacus.utils.fsdp_utils.FSDP2Wrapper",
     }
 )
 # Data-parallel engines that wrap the model like DDP: each rank trains on what it is given.
 DATA_PARALLEL_ENGINES = frozenset({"deepspeed.initialize"})
+# Opacus's `PrivacyEngine` methods that rebuild the loader they get: with Poisson sampling
+# (the default) the new loader draws each rank's batches from a rank-aware sampler; with
+# `poisson_sampling=False` the loader's own sampler is kept.
+PRIVACY_RESAMPLING_METHODS = frozenset({"make_private", "make_private_with_epsilon"})
 
 ACCELERATOR_NAMES = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 FABRIC_NAMES = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"})

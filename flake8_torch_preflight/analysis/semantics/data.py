@@ -22,6 +22,14 @@ def _data_loader(call: Call) -> Value:
     return Value(tags=frozenset({V.LOADER}), node=call.node, fields=tuple(fields))
 
 
+@qualified(*api.PROGRESS_WRAPPERS)
+def _progress_bar(call: Call) -> Optional[Value]:
+    """`tqdm(loader)`: iterating the bar iterates the loader, so the bar stands for it (the
+    loop `for b in bar` under `with tqdm(loader) as bar:` trains on that loader)."""
+    wrapped = call.args[0] if call.args else call.kwargs.get("iterable")
+    return wrapped if wrapped is not None and wrapped.has(V.LOADER) else None
+
+
 @qualified(*api.DISTRIBUTED_SAMPLERS)
 def _distributed_sampler(call: Call) -> Value:
     return Value.of(V.DIST_SAMPLER, V.SAMPLER, node=call.node)
