@@ -112,8 +112,7 @@ class EvalWithoutNoGrad(Rule):
                     continue
                 if "by its name" in reason and _model_api(analysis, func):
                     continue   # `Policy.evaluate_actions()`: its callers decide the grad mode
-                if V.graphs_overlap(forward.result.graphs, trained) \
-                        or _called_by_forward(analysis, func):
+                if _feeds_training(forward, trained) or _called_by_forward(analysis, func):
                     continue   # `predict_noise()` / `infer_logits()` feed a training loss
                 scope = site.loops[-1] if site.loops else func
                 if scope in reported:
@@ -208,6 +207,14 @@ def _pytest_test(func) -> bool:
             return True
         func = func.parent
     return False
+
+
+def _feeds_training(forward, trained) -> bool:
+    """The graph this very call makes reaches a backward of the file (`loss =
+    mse(predict_noise(x), noise)`). Only the call's own line counts: the lines of the graphs
+    its result also carries (the layers of the class's `forward`, an input's graph) are
+    shared with every other call of the same model, the training step's among them."""
+    return V.graphs_overlap(frozenset({forward.site.node.lineno}), trained)
 
 
 def _called_by_forward(analysis: FileAnalysis, func) -> bool:
