@@ -158,6 +158,31 @@ def prepared_nodes(analysis) -> Set[int]:
     return out
 
 
+@per_file("privacy_resampled")
+def privacy_resampled_nodes(analysis) -> Set[int]:
+    """ids of loader constructions given to an Opacus privacy engine that re-samples them by
+    rank. Only asked where no training loop shows which loader trains: where one does, the
+    loop iterates the engine's new loader (nothing to report) or, on a path that skips the
+    engine, the plain one (`if not args.disable_dp: ... make_private(...)`)."""
+    out = set()
+    for facts, call in all_calls(analysis):
+        if _privacy_resampling(call):
+            for expr in list(call.node.args) + [kw.value for kw in call.node.keywords]:
+                node = facts.value(expr).node
+                if node is not None:
+                    out.add(id(node))
+    return out
+
+
+def _privacy_resampling(call: CallSite) -> bool:
+    """`privacy_engine.make_private(..., data_loader=loader)` with Poisson sampling (the
+    default, or anything but a literal False): the engine draws each rank's batches itself."""
+    if call.method not in api.PRIVACY_RESAMPLING_METHODS:
+        return False
+    poisson = keyword(call.node, "poisson_sampling")
+    return poisson is None or not is_const(poisson, False)
+
+
 def assigned_name(call: CallSite) -> Optional[str]:
     """`train_loader` for `train_loader = DataLoader(...)` (last part of the target)."""
     stmt = call.site.stmt
@@ -169,12 +194,22 @@ def assigned_name(call: CallSite) -> Optional[str]:
     return None
 
 
+# Words of a loader's name that say it is for evaluation (`data_loader_val`, `loader_test`).
+EVALUATION_WORDS = frozenset({"val", "valid", "validation", "test", "eval", "evaluation", "dev",
+                              "holdout"})
+
+
 def evaluation_loader(call: CallSite) -> bool:
+    """The loader is named for evaluation: by its first word (`val_loader`, `testloader`), or
+    by a word of its name when no word says train (`data_loader_val`, not `train_val_loader`)."""
     name = assigned_name(call)
     if name is None:
         return False
     lowered = name.lower()
-    return bool(VAL_LOADER_RE.match(name)) or lowered.startswith(("val", "valid", "test", "eval"))
+    if VAL_LOADER_RE.match(name) or lowered.startswith(("val", "valid", "test", "eval")):
+        return True
+    words = set(lowered.split("_"))
+    return bool(words & EVALUATION_WORDS) and not any(w.startswith("train") for w in words)
 
 
 @dataclass(frozen=True)
@@ -202,20 +237,85 @@ def training_loaders(analysis) -> List[TrainingLoader]:
                 if hit is not None and id(value.node) not in found:
                     found[id(value.node)] = TrainingLoader(hit[0], hit[1], loop.lineno)
     if not found and not any_loader:
-        candidates = [(f, c) for f, c in by_node.values() if not evaluation_loader(c)]
+        resampled = privacy_resampled_nodes(analysis)
+        candidates = [(f, c) for f, c in by_node.values()
+                      if not evaluation_loader(c) and id(c.node) not in resampled]
         if len(candidates) == 1:
             f, c = candidates[0]
             found[id(c.node)] = TrainingLoader(f, c, None)
     return [t for key, t in found.items() if key not in prepared]
 
 
+@dataclass(frozen=True)
+class ForgottenSampler:
+    """A loader built beside a DistributedSampler over the same dataset that nothing reads."""
+
+    facts: FunctionFacts
+    call: CallSite           # the DataLoader(...)
+    sampler_line: int
+    sampler_name: str
+
+
+@per_file("forgotten_samplers")
+def loaders_beside_unused_sampler(analysis) -> List[ForgottenSampler]:
+    """Loaders (not named for evaluation) over a dataset for which the same function builds
+    a `DistributedSampler` bound to a name it never reads, and that take no sampler
+    themselves: the sampler that would shard the data was built and then forgotten. The
+    sampler proves the code runs distributed (it asks the process group for the rank)."""
+    prepared = prepared_nodes(analysis) | privacy_resampled_nodes(analysis)
+    out = []
+    for facts, sampler in sampler_constructions(analysis):
+        name = _unread_binding(facts, sampler)
+        dataset = _first_argument(sampler.node, "dataset")
+        if name is None or dataset is None or dotted(dataset) is None:
+            continue
+        for loader_facts, loader in loader_constructions(analysis):
+            node = loader.node
+            if loader_facts is not facts or id(node) in prepared or evaluation_loader(loader):
+                continue
+            if dotted(_first_argument(node, "dataset")) != dotted(dataset):
+                continue
+            if sharding_reason(analysis, facts, loader) is None:
+                out.append(ForgottenSampler(facts, loader, sampler.site.line, name))
+    return out
+
+
+def _first_argument(node: ast.Call, name: str) -> Optional[ast.expr]:
+    return keyword(node, name) or (node.args[0] if node.args else None)
+
+
+def _unread_binding(facts: FunctionFacts, call: CallSite) -> Optional[str]:
+    """`s` for `s = DistributedSampler(ds)` (or `... if c else None`) in a function that
+    (closures included) never reads `s`; None when it does, when `s` may be read some other
+    way (`locals()`, `global s`), or when the target is not a plain name."""
+    stmt = call.site.stmt
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 \
+            or not isinstance(stmt.targets[0], ast.Name):
+        return None
+    value = stmt.value
+    if not (value is call.node or (isinstance(value, ast.IfExp) and call.node in (value.body, value.orelse))):
+        return None
+    if facts.func is None:
+        return None       # a module global: another file may import it
+    name = stmt.targets[0].id
+    for node in ast.walk(facts.func.node):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Store):
+            return None
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("locals", "vars", "eval", "exec"):
+            return None
+    return name
+
+
 # ------------------------------------------------------------------------ sharding
 def sharding_reason(analysis, facts: FunctionFacts, call: CallSite) -> Optional[str]:
     """Why the loader built by `call` is (or may be) sharded by rank; None when it is not."""
     node = call.node
-    if any(kw.arg is None for kw in node.keywords):
-        return "`**kwargs` may carry a sampler"
     scope = scope_of(analysis, facts)
+    if any(kw.arg is None and _may_carry_sampler(facts, scope, kw.value) for kw in node.keywords):
+        return "`**kwargs` may carry a sampler"
     for name in ("sampler", "batch_sampler"):
         expr = keyword(node, name)
         if expr is None and name == "sampler" and len(node.args) >= 4:
@@ -232,6 +332,63 @@ def sharding_reason(analysis, facts: FunctionFacts, call: CallSite) -> Optional[
     if synthetic_data(analysis, scope, dataset, depth=6):
         return "the dataset is drawn at random on each rank (synthetic data)"
     return None
+
+
+SAMPLER_KEYWORDS = frozenset({"sampler", "batch_sampler"})
+
+
+def _may_carry_sampler(facts: FunctionFacts, scope: Scope, expr: ast.expr) -> bool:
+    """`**kwargs` may hold a sampler, unless `kwargs` is a name of the function every
+    assignment of which is a dict whose keys we read (`dict(batch_size=b, num_workers=4)`,
+    `{"batch_size": b}`), none a sampler, and which is never changed in place."""
+    if not isinstance(expr, ast.Name):
+        return True
+    producers = scope.producers.get(expr.id, [])
+    if not producers:
+        return True
+    for rhs in producers:
+        keys = _dict_keys(rhs)
+        if keys is None or keys & SAMPLER_KEYWORDS:
+            return True
+    return _changed_in_place(facts, expr.id)
+
+
+def _dict_keys(expr: ast.expr) -> Optional[FrozenSet[str]]:
+    """The keys of a dict display or a `dict(k=v, ...)` call; None when not all are known."""
+    if isinstance(expr, ast.Dict):
+        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in expr.keys):
+            return frozenset(k.value for k in expr.keys)
+        return None       # `**other` or a computed key
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "dict" \
+            and not expr.args and all(kw.arg is not None for kw in expr.keywords):
+        return frozenset(kw.arg for kw in expr.keywords)
+    return None
+
+
+def _changed_in_place(facts: FunctionFacts, name: str) -> bool:
+    """`kwargs["sampler"] = s`, `kwargs.update(...)`, or the dict handed to a call (which may
+    add to it) anywhere in the function."""
+    body = facts.func.node if facts.func is not None else None
+    if body is None:
+        return True       # module level: any function may change a global dict
+    for node in ast.walk(body):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and isinstance(node.value, ast.Name) and node.value.id == name:
+            return True
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == name and node.func.attr in DICT_MUTATORS:
+                return True
+            if any(isinstance(a, ast.Name) and a.id == name for a in node.args) or \
+                    any(kw.arg is not None and isinstance(kw.value, ast.Name) and kw.value.id == name
+                        for kw in node.keywords):
+                return True
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True
+    return False
+
+
+DICT_MUTATORS = frozenset({"update", "setdefault", "__setitem__", "pop", "popitem", "clear"})
 
 
 def synthetic_data(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:

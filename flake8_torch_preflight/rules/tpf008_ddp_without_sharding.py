@@ -8,7 +8,12 @@ named for validation) when nothing shards it by rank: no `DistributedSampler`, n
 `sampler=`/`batch_sampler=` that may know the rank, no dataset that splits itself by rank
 (a dataset class of the file that reads the rank or world size, `split_dataset_by_node`, a
 dataset built or `.shard()`-ed with rank arguments), and no `accelerator.prepare(...)` /
-`fabric.setup_dataloaders(...)` over it.
+`fabric.setup_dataloaders(...)` over it. Opacus's `DifferentiallyPrivateDistributedDataParallel`
+and `FSDP2Wrapper` count as wraps. Also, in any file, reports a loader (not named for
+evaluation) built beside a `DistributedSampler` over the same dataset that the function
+binds to a name and never reads: the sampler proves the code runs distributed, and the
+loader was meant to take it (`sampler = DistributedSampler(ds) if num_gpus > 1 else None`,
+then `DataLoader(ds, ...)` without it).
 
 ## Why is this bad?
 DDP only averages gradients; it does not split data. Every process iterates the same
@@ -44,10 +49,16 @@ placed by hand.
 Lenient towards silence: any sampler that is not a plain `RandomSampler`,
 `SequentialSampler` or `WeightedRandomSampler` built without rank arguments counts as
 rank-aware, as does a dataset whose construction, helper or class mentions the rank or world
-size anywhere, a loader built with `**kwargs`, and a dataset passed in as a parameter that no
-caller in the file supplies. Loaders built by imported factories are not seen. Files that
-use Accelerate, Fabric or a Lightning `Trainer` without wrapping the model themselves are
-out of scope: the framework shards the data. Quiet for a dataset of fresh random draws
+size anywhere (`create_prompt_dataset(args.local_rank, ...)`, even where the rank only picks
+who writes a cache), a loader built with `**kwargs` (unless `kwargs` is a dict of the function
+with known keys, none a sampler, never changed in place or handed to a call), and a dataset
+passed in as a parameter that no caller in the file supplies. A loader given to Opacus's
+`make_private(...)` is re-sampled by rank unless `poisson_sampling=False`; where no training
+loop shows the loader, that keeps it quiet. Loaders are told apart for evaluation by name
+(`val_loader`, `data_loader_val`; not `train_val_loader`). A forgotten sampler is seen only
+when built directly (not returned by a helper) and bound to a local name. Loaders built by
+imported factories are not seen. Files that use Accelerate, Fabric or a Lightning `Trainer`
+without wrapping the model themselves are out of scope: the framework shards the data. Quiet for a dataset of fresh random draws
 (`TensorDataset(torch.randn(...), ...)`, `torchvision.datasets.FakeData`, also built by a
 helper of the file): a synthetic benchmark has nothing to shard. A wrap under an `if` that
 can never run is not a wrap: tests are folded over names bound once, to a literal, in
@@ -58,7 +69,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.distributed import assigned_name, ddp_wraps, sharding_reason, training_loaders
+from ..analysis.distributed import (ForgottenSampler, assigned_name, ddp_wraps,
+                                    loaders_beside_unused_sampler, sharding_reason,
+                                    training_loaders)
 from ..findings import ERROR, Finding
 from .base import Rule
 
@@ -70,12 +83,17 @@ class DdpWithoutSharding(Rule):
     fix_safety = "unsafe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        reported = set()
+        for forgotten in loaders_beside_unused_sampler(analysis):
+            reported.add(id(forgotten.call.node))
+            yield self._forgotten_sampler(forgotten)
         wraps = ddp_wraps(analysis)
         if not wraps:
             return
         wrap = min(wraps, key=lambda w: w.site.line)
         for loader in training_loaders(analysis):
-            if sharding_reason(analysis, loader.facts, loader.call) is not None:
+            if id(loader.call.node) in reported or \
+                    sharding_reason(analysis, loader.facts, loader.call) is not None:
                 continue
             how = (f"iterated by the training loop at line {loader.loop_line}"
                    if loader.loop_line else "the file's only training loader")
@@ -90,3 +108,16 @@ class DdpWithoutSharding(Rule):
                 f"the same batches",
                 "pass `sampler=DistributedSampler(dataset)` (instead of `shuffle=True`) and call "
                 "`sampler.set_epoch(epoch)` at the top of each epoch")
+
+    def _forgotten_sampler(self, forgotten: ForgottenSampler) -> Finding:
+        name = assigned_name(forgotten.call) or "DataLoader(...)"
+        sampler = forgotten.sampler_name
+        return self.finding(
+            forgotten.call.site,
+            f"loader `{name}` does not use the DistributedSampler `{sampler}` built for its "
+            f"dataset",
+            f"`{sampler}` is built over the same dataset at line {forgotten.sampler_line} and "
+            f"nothing reads it; this loader takes no sampler and its dataset is not split by "
+            f"rank, so every rank iterates the whole dataset",
+            f"pass `sampler={sampler}` to the loader (and drop `shuffle=True`; the sampler "
+            f"shuffles)")
