@@ -92,6 +92,12 @@ class FlowAnalyzer:
     def qualname(self, expr: ast.AST) -> Optional[str]:
         return self.a.imports.qualname(expr)
 
+    def plain_class_defines(self, method: str) -> bool:
+        """Some class of this file that is not an `nn.Module` defines `method` (an `eval()`
+        of its own): a receiver of unknown kind may be one of its instances."""
+        return any(not cls.is_module and method in cls.methods
+                   for cls in self.a.index.classes.values())
+
     def key_for(self, target: ast.AST) -> Optional[Tuple[str, str]]:
         """(container key, text) for a name or `self.attr` used as a container."""
         text = dotted(target)

@@ -8,8 +8,8 @@ from .. import torchapi as api
 from .. import values as V
 from ..astutil import dotted, is_const
 from ..values import UNKNOWN, Value, join_all
-from .registry import (Access, Call, callee, method, other_attributes, other_methods,
-                       qualified_matching)
+from .registry import (OPAQUE, Access, Call, callee, method, method_kind, other_attributes,
+                       other_methods, qualified_matching)
 from .torch import loss_result
 
 # Module methods that return the module itself (`model.to(device).train()`).
@@ -22,6 +22,10 @@ _ACTIVATION_OF_MODULE = (
     (api.LOG_SOFTMAX_MODULES, V.LOG_SOFTMAX),
     (api.SIGMOID_MODULES, V.SIGMOID),
 )
+# What a receiver may already be known as for its `eval()` to prove it a module: nothing,
+# or passed through a wrapper that returns what it was given (`accelerator.prepare`). Any
+# other kind stays (`optimizer.eval()` of a schedule-free optimizer, a DeepSpeed engine).
+_KINDS_AN_EVAL_COMPLETES = frozenset({V.PREPARED, V.DDP})
 _CONTAINER_MODULES = frozenset({"torch.nn.ModuleList", "torch.nn.ModuleDict",
                                 "torch.nn.ParameterList"})
 
@@ -85,14 +89,37 @@ def _chain_root(call: Call) -> str:
 @method("eval", "train")
 def _mode_switch(call: Call) -> Optional[Value]:
     """`model.eval()` / `model.train()` / `model.train(False)` on a module or a model-named
-    receiver; anything else named `train()` (a trainer's) is not a mode switch."""
+    receiver, and `x.eval()` on a receiver of unknown kind (which it proves a module);
+    anything else named `train()` (a trainer's) is not a mode switch."""
     root = call.receiver_text or _chain_root(call)
-    if not (call.receiver.has(V.MODULE) or _model_like(root)):
+    proven = _proven_module_by_eval(call)
+    if not (call.receiver.has(V.MODULE) or _model_like(root) or proven):
         return None
     node = call.node
     to_eval = call.method == "eval" or (node.args and is_const(node.args[0], False))
     call.flow.record_mode(node, "eval" if to_eval else "train", root)
-    return call.receiver
+    return proven or call.receiver
+
+
+def _proven_module_by_eval(call: Call) -> Optional[Value]:
+    """`x.eval()` with no argument on a receiver of no kind the analysis knows (a parameter,
+    what a library factory returned) proves `x` a module: only `nn.Module` (and its script,
+    compiled and wrapped forms) has that method among objects that are then called. `x` is
+    a module from here on, so `x(batch)` is a forward. A class of this file, an optimizer
+    (schedule-free ones have `eval()` too) or a tensor keep what they are, and in a file
+    that defines a plain class with an `eval()` of its own (an ensemble helper) the receiver
+    may be one of those: nothing is proven."""
+    receiver = call.receiver
+    if call.method != "eval" or call.node.args or call.node.keywords \
+            or receiver.cls is not None or method_kind(receiver) != OPAQUE \
+            or not receiver.tags <= _KINDS_AN_EVAL_COMPLETES \
+            or call.flow.plain_class_defines("eval"):
+        return None
+    module = receiver.with_tags(V.MODULE)
+    target = call.receiver_node
+    if target is not None and dotted(target) is not None:
+        call.flow.rebind(target, module)
+    return module
 
 
 @method(*RETURNS_SELF, on=(V.MODULE,))
