@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const
-from .epochs import argument_for
+from .epochs import argument_for, resolve_values
 from .memo import per_file
 from .events import FunctionFacts, Site
 from .questions import Does
@@ -69,8 +69,10 @@ def _events(analysis, facts: FunctionFacts) -> List[ModeEvent]:
     (memoised; a helper that calls back into a function being expanded adds nothing)."""
     local_nodes = {id(c.node) for c in facts.local_calls}
     raw: List[_Raw] = _own_events(facts)
+    resolved = _parameter_events(analysis, facts)
+    raw += resolved
     if _trains(analysis, facts):
-        raw += _opaque_train_events(facts, local_nodes)
+        raw += _opaque_train_events(facts, local_nodes | {id(r[2].site.node) for r in resolved})
     raw += _project_call_events(facts, local_nodes)
     for call in facts.local_calls:
         raw += _helper_events(analysis, call)
@@ -115,6 +117,86 @@ def _wrapped_aliases(fwd) -> FrozenSet[str]:
     return frozenset()
 
 
+def _parameter_events(analysis, facts: FunctionFacts) -> List[_Raw]:
+    """Mode switches and forwards of a parameter whose name says nothing (`def test(predictor,
+    ...)`: `predictor.eval()`, `predictor(x_i, x_j)`) when every call of the function in this
+    file passes a module for it (`test(predictor, ...)` with `predictor = LinkPredictor(...)`).
+    A parameter some caller fills with anything else, or that no caller is seen filling, stays
+    unknown (`evaluator.eval(...)` is the metric's, not a module's)."""
+    if facts.func is None:
+        return []
+    params = facts.func.params
+    seen = {id(m.site.node) for m in facts.modes} | {id(f.site.node) for f in facts.forwards}
+    candidates = []
+    for call in facts.calls:
+        if id(call.node) in seen:
+            continue
+        if call.method in ("eval", "train") and _module_mode_signature(call):
+            receiver = dotted(call.node.func.value)
+            if receiver is not None and receiver.split(".", 1)[0] in params:
+                candidates.append((call, receiver, call.method))
+        elif call.method is None and call.qualname is None and \
+                isinstance(call.node.func, ast.Name) and call.node.func.id in params:
+            candidates.append((call, call.node.func.id, "forward"))
+    if not candidates:
+        return []   # (the callers are only asked about functions that could use the answer)
+    names = _module_parameters(analysis, facts)
+    raw: List[_Raw] = []
+    for call, receiver, what in candidates:
+        if what == "forward":
+            if receiver in names:
+                raw.append((_pos(call.site), 1, ModeEvent("forward", receiver, call.site,
+                                                          call.site.line,
+                                                          no_grad=call.site.no_grad)))
+        elif _holds_parameter(call.receiver, receiver, names):
+            mode = "train" if what == "train" and not (
+                call.node.args and is_const(call.node.args[0], False)) else "eval"
+            raw.append((_pos(call.site), 0, ModeEvent(mode, receiver, call.site,
+                                                      call.site.line)))
+    return raw
+
+
+def _module_parameters(analysis, facts: FunctionFacts) -> Dict[str, int]:
+    """The function's parameters (name: position) that every call of it in this file fills
+    with a module; a name rebound in the body no longer holds the argument."""
+    func = facts.func
+    if func is None:
+        return {}
+    rebound = analysis.bindings(func).names
+    out = {}
+    for i, name in enumerate(func.params):
+        if name in rebound or (i == 0 and func.cls is not None):
+            continue
+        held = resolve_values(analysis, facts, V.Value(params=frozenset({i})))
+        if held and all(_holds_module(v) for v in held):
+            out[name] = i
+    return out
+
+
+def _holds_parameter(value, text: str, names: Dict[str, int]) -> bool:
+    """`text` (`predictor`, `predictor.lins`) reads a module parameter, unchanged."""
+    head = text.split(".", 1)[0]
+    return head in names and value is not None and value.params == frozenset({names[head]})
+
+
+def _module_mode_signature(call) -> bool:
+    """`x.eval()`, `x.train()`, `x.train(True/False)`: the shapes of `nn.Module`'s methods."""
+    node = call.node
+    if node.keywords or not isinstance(node.func, ast.Attribute):
+        return False
+    if call.method == "eval":
+        return not node.args
+    return not node.args or (len(node.args) == 1 and isinstance(node.args[0], ast.Constant)
+                             and isinstance(node.args[0].value, bool))
+
+
+def _holds_module(value) -> bool:
+    """A model (not a loss or an activation, whose modes and calls say nothing)."""
+    if value.has(V.LOSS_FN) or value.has(V.ACTIVATION_MODULE):
+        return False
+    return value.has(V.MODULE) or (value.cls is not None and value.cls.is_module)
+
+
 def _opaque_train_events(facts: FunctionFacts, local_nodes) -> List[_Raw]:
     """`task.get_trainable_module().train()`, `trainable.train()`: the receiver is a value
     the analysis cannot see; in a function that trains it is the trained module, and it
@@ -145,12 +227,36 @@ def _helper_events(analysis, call) -> List[_Raw]:
     for i, ev in enumerate(_events(analysis, analysis.facts_for(callee))):
         def translated(text: Optional[str]) -> Optional[str]:
             return _translate(text, callee, call.node)
+        receiver = translated(ev.receiver)
+        if ev.kind in ("eval", "train") and _local_of(analysis, callee, ev.receiver):
+            if ev.kind == "eval" or _built_in(analysis, callee, ev.receiver):
+                continue   # the call's own model (`best = copy.deepcopy(model)`, a probe)
+            receiver = None   # a local alias (`net = self.model`): any of the caller's models
         raw.append((_pos(call.site), 3 + i, ModeEvent(
-            ev.kind, translated(ev.receiver), call.site, ev.inner_line, ev.via or callee.name,
+            ev.kind, receiver, call.site, ev.inner_line, ev.via or callee.name,
             ev.no_grad or call.site.no_grad,   # a helper called under no_grad records nothing
             frozenset(t for t in map(translated, ev.aliases) if t),
             tuple(t for t in map(translated, ev.args) if t))))
     return raw
+
+
+def _local_of(analysis, func, text: Optional[str]) -> bool:
+    """`text` names a local variable of `func` (bound in its body, not a parameter): what it
+    holds is the call's own object, or an alias the caller cannot name."""
+    if text is None:
+        return False
+    head = text.split(".", 1)[0]
+    return head not in func.params and head in analysis.bindings(func).names
+
+
+def _built_in(analysis, func, text: str) -> bool:
+    """The local holds a module the function constructs itself (`log = LogReg(d, k)`): an
+    object of this call, never one of the caller's models."""
+    value = analysis.facts_for(func).env.get(text.split(".", 1)[0])
+    node = value.node if value is not None else None
+    body = func.node
+    return isinstance(node, ast.Call) and _holds_module(value) and \
+        body.lineno <= node.lineno <= getattr(body, "end_lineno", body.lineno)
 
 
 def _trains(analysis, facts: FunctionFacts) -> bool:

@@ -85,6 +85,19 @@ def _mode_free_model(analysis, facts, receiver) -> bool:
     return value is not None and mode_free(analysis, value.cls)
 
 
+def _trains_another(events: List[ModeEvent], work: ModeEvent, receiver) -> bool:
+    """The backward is a helper's that fits only other models (a probe classifier trained
+    inside an evaluation helper): every forward with autograd on at that call is of a
+    module other than the receiver, so it is not the receiver's training step."""
+    if work.via is None or receiver is None:
+        return False
+    forwards = [e for e in events
+                if e.kind == "forward" and e.site is work.site and not e.no_grad]
+    return bool(forwards) and not any(
+        related(e.receiver, receiver) or any(related(a, receiver) for a in e.aliases)
+        for e in forwards)
+
+
 class StuckEvalMode(Rule):
     code = "TPF007"
     name = "stuck-eval-mode"
@@ -132,8 +145,8 @@ class StuckEvalMode(Rule):
             return None
         tested = cond_texts(site, loop)
         for other in events:
-            if other.kind != "train":
-                continue
+            if other.kind != "train" or not related(other.receiver, receiver):
+                continue   # another model's train() chooses nothing for this one
             if other.site.stmt is site.stmt and other is not ev:
                 return None   # `model.train() if training else model.eval()`
             if tested & cond_texts(other.site, loop):
@@ -141,12 +154,13 @@ class StuckEvalMode(Rule):
         n = len(events)
         for k in range(1, n + 1):
             nxt = events[(i + k) % n]
-            if nxt.kind == "train" and (nxt.via is not None or related(nxt.receiver, receiver)):
+            if nxt.kind == "train" and related(nxt.receiver, receiver):
                 return None
             if nxt.kind == "maybe_train" and (receiver is None or not nxt.args or any(
                     related(a, receiver) for a in nxt.args)):
                 return None
-            if nxt.kind == "work" and not nxt.no_grad:
+            if nxt.kind == "work" and not nxt.no_grad and \
+                    not _trains_another(events, nxt, receiver):
                 return nxt   # (a backward reached under no_grad never runs: not training)
         return None
 
