@@ -68,7 +68,12 @@ ODE steps), when every in-file caller runs the function under `no_grad`, and ins
 helpers that differentiate what they are passed. Overwriting an attribute each
 iteration (`self.last_loss = loss`) keeps one graph, not one per step, and is not reported;
 `self.total = self.total + loss` is. Values whose origin the analysis cannot see (a call into
-another package) are assumed not to carry a graph, and a value read back from a container
+another package) are assumed not to carry a graph, unless a backward proves it: after
+`loss.backward()` on a value known to be a tensor (built by torch ops from a model of
+unknown kind), or `accelerator.backward(loss)` / `fabric.backward(loss)` /
+`engine.backward(loss)` on a proven framework object, the name holds a graph that this
+backward ran through (stores after it are warnings); `loss = model.loss(...)` of an unknown
+model is not known to be a tensor and stays unjudged. A value read back from a container
 through a breaker still counts as consuming it. A per-step list filled by a loop whose count
 does not name accumulation (`for _ in range(k)` with `engine.step()` inside) is still
 reported as a warning, though it may live only for one step.
@@ -76,7 +81,7 @@ reported as a warning, though it may live only for one step.
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterator, NamedTuple, Optional, Set
+from typing import Dict, FrozenSet, Iterator, NamedTuple, Optional, Set
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import torchapi as api
@@ -93,6 +98,8 @@ from .base import Rule
 _FIXABLE_HOW = frozenset({"append", "insert", "add", "extend", "setitem", "setattr", "augassign"})
 _NOT_TENSORS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
                 ast.GeneratorExp, ast.Constant, ast.Starred, ast.JoinedStr, ast.Lambda)
+# Expressions `.detach()` binds to whole when written after them.
+_ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
 _VERBS = {"append": "appended to", "extend": "extended into", "insert": "inserted into",
           "add": "added to", "update": "merged into", "setitem": "stored into",
           "setattr": "assigned to", "augassign": "accumulated into"}
@@ -163,7 +170,8 @@ class RetainedGraph(Rule):
                  f"inside the loop at line {loop.lineno}")
         freeing = _backward_in_iteration(analysis, facts, store)
         hot = analysis.loop_does(facts, loop, Does.BACKWARD)
-        detach = f"`{stored}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
+        atom = stored if isinstance(store.expr, _ATOMS) else f"({stored})"   # `(loss * n).detach()`
+        detach = f"`{atom}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
         fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
         plan, unsafe = _detach_plan(analysis, store)
         if freeing is None:
@@ -356,6 +364,10 @@ def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: 
     "no backward frees it" is not proven either."""
     backwards = _backwards_of_loop(analysis, facts, store.site.loops[-1])
     lines = [backwards.by_graph[g] for g in store.value.graphs if g in backwards.by_graph]
+    # a tensor that a backward proved to carry a graph holds that backward's line as its
+    # graph key (semantics/tensor.py): that backward ran through the stored graph
+    if store.value.graphs is not V.ANY_GRAPH:
+        lines += [g for g in store.value.graphs if g in backwards.lines]
     if backwards.any_graph is not None and store.value.graphs:
         lines.append(backwards.any_graph)
     if store.value.graphs is V.ANY_GRAPH and backwards.by_graph:
@@ -374,6 +386,7 @@ class _LoopBackwards(NamedTuple):
     any_graph: Optional[int]   # first backward of a saturated graph set
     helper: Optional[int]      # first call of a helper that runs a backward
     opaque: Optional[int]      # first backward of a value of unknown provenance
+    lines: FrozenSet[int]      # lines of the loop's backwards
 
 
 @per_file("tpf001_loop_backwards")
@@ -381,8 +394,10 @@ def _backwards_of_loop(analysis: FileAnalysis, facts: FunctionFacts, loop) -> _L
     """For one loop, indexed once (a long loop body must not cost a scan per store)."""
     by_graph: Dict[int, int] = {}
     any_graph = opaque = None
+    at_lines = set()
     for backward in analysis.in_loop(facts, "backwards", loop):
         line = backward.site.line
+        at_lines.add(line)
         if backward.value.graphs is V.ANY_GRAPH:
             any_graph = line if any_graph is None else min(any_graph, line)
             continue
@@ -392,7 +407,7 @@ def _backwards_of_loop(analysis: FileAnalysis, facts: FunctionFacts, loop) -> _L
             by_graph[graph] = min(by_graph.get(graph, line), line)
     helper = next((call.site.line for call in analysis.in_loop(facts, "local_calls", loop)
                    if analysis.function_does(call.callee, Does.BACKWARD)), None)
-    return _LoopBackwards(by_graph, any_graph, helper, opaque)
+    return _LoopBackwards(by_graph, any_graph, helper, opaque, frozenset(at_lines))
 
 
 def _unknown_provenance(value) -> bool:

@@ -3,6 +3,7 @@ universal training calls (`backward`, `zero_grad`) that mean the same on any rec
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Optional
 
 from .. import torchapi as api
@@ -31,10 +32,29 @@ def _backward(call: Call) -> Value:
     receiver = call.receiver
     if receiver.grad or receiver.has(V.LOSS) or not call.args or receiver.has(V.TENSOR):
         call.flow.record_backward(call.node, receiver, "tensor")
+        _proven_by_backward(call, receiver)
         return UNKNOWN
-    via = next((name for kind, name in _BACKWARD_VIA if receiver.has(kind)), "accelerator")
-    call.flow.record_backward(call.node, call.args[0], via)
+    via = next((name for kind, name in _BACKWARD_VIA if receiver.has(kind)), None)
+    call.flow.record_backward(call.node, call.args[0], via or "accelerator")
+    if via is not None:   # a proven framework object runs `loss.backward()` itself
+        _proven_by_backward(call, call.args[0].with_tags(V.TENSOR), call.node.args[0])
     return UNKNOWN
+
+
+def _proven_by_backward(call: Call, receiver: Value, target: Optional[ast.expr] = None) -> None:
+    """`loss.backward()` on a tensor the analysis did not see get a graph (`loss` computed
+    from a model it cannot type, a parameter `predictor(x)`): torch raises unless the tensor
+    requires grad, so from here on the name holds a graph. The graph is keyed by the
+    backward's line (where it was made is not known; TPF001 reads that key as "this
+    backward ran through it"). The backward itself is recorded with the value as it was:
+    what was derived from the loss before (a division's tag) was derived without a graph.
+    `accelerator.backward(loss)` (`fabric.`, a DeepSpeed engine's) proves `loss` the same way:
+    `target` is then the argument."""
+    target = call.receiver_node if target is None else target
+    if receiver.grad or not receiver.has(V.TENSOR) or receiver.leaf or dotted(target) is None:
+        return
+    call.flow.rebind(target, dataclasses.replace(receiver, grad=True, graphs=V.union_graphs(
+        receiver.graphs, frozenset({call.node.lineno}))))
 
 
 @method("zero_grad")
