@@ -95,6 +95,11 @@ TORCH_MODEL_WRAPPER_RE = re.compile(
     r"|torch\.distributed\.fsdp\.\w*FullyShardedDataParallel\w*"
     r"|torch\.distributed\.fsdp\.FSDP)$"
 )
+# Functions that return whatever was saved (a module, a state dict, a tensor, a list of
+# them): what they give is of no known kind, not a tensor.
+LOADED_OBJECT_FUNCS = frozenset({"torch.load", "torch.hub.load"})
+# `torch.jit.load(path)`: always a ScriptModule.
+SCRIPT_MODULE_LOADERS = frozenset({"torch.jit.load"})
 
 OPTIMIZER_RE = re.compile(
     r"^(torch\.optim\.(?!lr_scheduler)\w+|bitsandbytes\.optim\.\w+|bnb\.optim\.\w+"
@@ -157,6 +162,10 @@ DATA_PARALLEL_ENGINES = frozenset({"deepspeed.initialize"})
 PRIVACY_RESAMPLING_METHODS = frozenset({"make_private", "make_private_with_epsilon"})
 
 ACCELERATOR_NAMES = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+# `prepare_pippy(model, ...)` splits the model into pipeline stages and returns it, its forward
+# replaced (Accelerate docs, "Pipeline parallelism"): still that module.
+ACCELERATE_MODEL_WRAPPERS = frozenset({"accelerate.prepare_pippy",
+                                       "accelerate.inference.prepare_pippy"})
 FABRIC_NAMES = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"})
 DEEPSPEED_INIT = frozenset({"deepspeed.initialize"})
 

@@ -10,6 +10,7 @@ from .. import torchapi as api
 from .. import values as V
 from ..values import UNKNOWN, Value
 from .registry import Call, method, other_methods, qualified
+from .torch import wrapped_model
 
 PREPARE_METHODS = ("prepare", "prepare_data_loader", "prepare_model", "prepare_optimizer",
                    "prepare_scheduler")
@@ -25,6 +26,11 @@ def prepared(call: Call) -> Value:
     one value, or a tuple of them."""
     values = tuple(a.with_tags(V.PREPARED) for a in call.args)
     return values[0] if len(values) == 1 else Value(tags=frozenset({V.CONTAINER}), elements=values)
+
+
+@qualified(*api.ACCELERATE_MODEL_WRAPPERS)
+def _pipeline_stages(call: Call) -> Value:
+    return wrapped_model(call)
 
 
 @method(*PREPARE_METHODS, on=(V.ACCELERATOR,))

@@ -135,6 +135,14 @@ def _forward(call: Call) -> Value:
     return call.flow.forward(call.node, call.receiver, call.args, call.kwargs)
 
 
+@method("module", on=(V.MODULE,))
+def _wrapped_forward(call: Call) -> Value:
+    """`model.module(x)`: `nn.Module` has no method of that name; it is the module that
+    DDP, DataParallel, FSDP or a DeepSpeed engine wraps, called past the wrapper."""
+    wrapped = Value(tags=frozenset({V.MODULE}), cls=call.receiver.cls)
+    return call.flow.forward(call.node, wrapped, call.args, call.kwargs)
+
+
 @method("parameters", "named_parameters", on=(V.MODULE,))
 def _parameters(call: Call) -> Value:
     """The module's parameters (the call is kept: whose parameters an optimizer holds)."""

@@ -64,6 +64,18 @@ def _device(call: Call) -> Optional[Value]:
     return None
 
 
+@qualified(*api.LOADED_OBJECT_FUNCS)
+def _loaded_object(call: Call) -> Value:
+    """`torch.load(f)`: whatever was saved, of no kind the file shows (`model.eval()` on it
+    says it was a module)."""
+    return UNKNOWN
+
+
+@qualified(*api.SCRIPT_MODULE_LOADERS)
+def _script_module(call: Call) -> Value:
+    return Value.of(V.MODULE, node=call.node)
+
+
 @qualified(*api.DDP_WRAPPERS)
 def _data_parallel_wrapper(call: Call) -> Value:
     """`DDP(model)`, `FSDP(model)`: still the model (its class), now wrapped."""
