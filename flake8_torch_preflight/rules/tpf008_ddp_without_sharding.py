@@ -58,9 +58,10 @@ loop shows the loader, that keeps it quiet. Loaders are told apart for evaluatio
 (`val_loader`, `data_loader_val`; not `train_val_loader`). A forgotten sampler is seen only
 when built directly (not returned by a helper) and bound to a local name. Loaders built by
 imported factories are not seen. Files that use Accelerate, Fabric or a Lightning `Trainer`
-without wrapping the model themselves are out of scope: the framework shards the data. Quiet for a dataset of fresh random draws
-(`TensorDataset(torch.randn(...), ...)`, `torchvision.datasets.FakeData`, also built by a
-helper of the file): a synthetic benchmark has nothing to shard. A wrap under an `if` that
+without wrapping the model themselves are out of scope: the framework shards the data.
+Quiet for a dataset of fresh random draws (`TensorDataset(torch.randn(...), ...)`,
+`torchvision.datasets.FakeData`, also built by a helper of the file): a synthetic benchmark
+has nothing to shard. A wrap under an `if` that
 can never run is not a wrap: tests are folded over names bound once, to a literal, in
 their function (`world_size = 1` then `if world_size > 1:`); anything else may run.
 """
