@@ -54,13 +54,21 @@ backward or differentiates with `torch.autograd.grad`, for `test_*` functions wi
 (model-file smoke tests), and for calls of a parameter-free module of this file (a metric
 written as an `nn.Module`; one whose `__init__` stores what an unmodelled library call returns,
 such as a `GCNConv`, is not proven parameter-free) on graph-free inputs.
-Quiet as well when the forward's output reaches a backward somewhere in the file, or the
-function is called by a module's `forward` (`predict_noise()` inside a diffusion model). A
-method of an `nn.Module` class is not evaluation code by its name alone (`inference()`,
+Quiet as well when the forward call's own output reaches a backward somewhere in the file (the
+layers inside a file class's `forward` are shared by every call of the model and do not count),
+or the function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
+A method of an `nn.Module` class is not evaluation code by its name alone (`inference()`,
 `predict_values()`, `evaluate_actions()` are a model's interface: PPO trains through
 `evaluate_actions`, and evaluation scripts call `inference()` under their own `no_grad`).
 Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one
 finding per evaluation scope.
+A model of a kind the file does not show (a parameter named `predictor`, a library class, a
+factory, `torch.load(...)`) is a module once `x.eval()` was called on it earlier in the same
+scope; without that call it stays unknown and its calls are not forward passes, and in a file
+that defines a plain (non-`nn.Module`) class with an `eval()` of its own nothing is concluded
+from `eval()`. `torch.jit.load(...)` gives a module, Accelerate's `prepare_pippy(model)`
+returns `model`, and `model.module(x)` calls the module a DDP/DeepSpeed wrapper holds. A model
+that reaches a function as a parameter is not typed by what its callers pass.
 """
 from __future__ import annotations
 
