@@ -59,6 +59,11 @@ def _events_by_loop(analysis, facts: FunctionFacts):
     return index
 
 
+def function_events(analysis, facts: FunctionFacts) -> List[ModeEvent]:
+    """Mode events of the whole function, in source order, helpers expanded."""
+    return _events(analysis, facts)
+
+
 # (position, order among events at one position, event): sorted into source order
 _Raw = Tuple[Tuple[int, int], int, ModeEvent]
 

@@ -67,7 +67,7 @@ from typing import FrozenSet, Iterator, List
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.classes import mode_free
-from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules,
+from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules, function_events,
                               last_iteration_only, loop_events, optimized_modules, related)
 from ..findings import ERROR, Finding
 from .base import Rule
@@ -98,6 +98,16 @@ def _trains_another(events: List[ModeEvent], work: ModeEvent, receiver) -> bool:
         for e in forwards)
 
 
+def _not_switched_to_train(frozen: FrozenSet[str], events: List[ModeEvent]) -> FrozenSet[str]:
+    """The frozen modules the function never switches to train mode by that very name. A
+    probe's backbone is kept in eval() on purpose; a model whose parameters are frozen and
+    then partly unfrozen, and that the function puts in train() itself (`model.train()` at
+    the top of the epoch), is meant to train in train mode. (`model.train()` followed by
+    `model.backbone.eval()`, frozen batch-norm of a detector's backbone, stays frozen.)"""
+    named = {e.receiver for e in events if e.kind == "train" and e.receiver is not None}
+    return frozenset(f for f in frozen if f not in named)
+
+
 class StuckEvalMode(Rule):
     code = "TPF007"
     name = "stuck-eval-mode"
@@ -113,6 +123,7 @@ class StuckEvalMode(Rule):
             if not loops:
                 continue
             frozen, optimized = frozen_modules(analysis), optimized_modules(analysis)
+            frozen = _not_switched_to_train(frozen, function_events(analysis, facts))
             for loop in loops:
                 if not analysis.loop_does(facts, loop, Does.STEP):
                     continue   # backward without an update: attacks, saliency maps, probes
