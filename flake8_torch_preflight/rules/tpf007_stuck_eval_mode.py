@@ -48,14 +48,22 @@ else: ...`), when the `eval()` only runs on the last iteration (`if epoch == epo
 followed by `break`/`return`), for models that are never trained in the loop (a frozen
 teacher, an EMA copy or a VAE called under `no_grad` or frozen with `requires_grad_(False)`,
 and the backbone of a linear probe whose parameters a loop sets `requires_grad = False`,
-kept in `eval()` on purpose so its batch-norm statistics stay fixed),
+kept in `eval()` on purpose so its batch-norm statistics stay fixed; a frozen model that the
+function itself switches to `train()` by that very name, such as one frozen and then partly
+unfrozen for fine-tuning, is not such a backbone),
 and when a function imported from the project (whose body is not visible) is called with the
 model on the way back, since it may call `train()`. Receivers are matched by name and through
-the arguments of file-local helpers; a model reached under two unrelated names (`net =
-model.module` then `net.eval()`) is not tracked. Calls that return the module itself are seen
-through (`model.to(device).train()`), and a `train()` on a value the analysis cannot identify
-(`task.get_trainable_module().train()`) inside a function that trains counts for any model.
-Each `eval()` call is reported once.
+the arguments of file-local helpers; a helper's parameter whose name says nothing
+(`predictor`) is taken for a module when every call of the helper in the file passes one.
+A `train()` restores only its own receiver (and the models inside it), also inside a helper.
+A model reached under two unrelated names (`net = model.module` then `net.eval()`) is not
+tracked, and a model a helper keeps in a local variable is that call's own: its `eval()` is
+not followed into the caller, and its `train()` counts for any model unless the helper built
+it. A helper's backward after forwards of other models only (a probe fitted inside an
+evaluation helper) is not the model's next training step. Calls that return the module
+itself are seen through (`model.to(device).train()`), and a `train()` on a value the
+analysis cannot identify (`task.get_trainable_module().train()`) inside a function that
+trains counts for any model. Each `eval()` call is reported once.
 Quiet when the model is a class of the project proven to behave the same in both modes (its
 `__init__` builds only `torch.nn` layers without dropout or batch-norm, and nothing reads
 `self.training`): `eval()` left on changes nothing there. A library model (torchvision, Hugging
