@@ -85,3 +85,13 @@ def iterated_expr(loop: ast.AST) -> Optional[ast.expr]:
     while isinstance(expr, ast.Call) and expr.args:
         expr = expr.args[0]
     return expr
+
+
+def nesting_depth(tree: ast.AST) -> int:
+    """How deep the syntax tree goes (iteratively: the tree may be too deep to recurse)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest

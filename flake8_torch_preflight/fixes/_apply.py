@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ..analysis.astutil import nesting_depth
 from ..engine import has_skip_file_comment, lint_tree
 from ..findings import Finding
 from . import FixResult, tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
@@ -45,6 +46,9 @@ class _Batch(cst.CSTTransformer):
 
 
 Planned = List[Tuple[Finding, List[Edit]]]
+# LibCST's parser takes time quadratic in how deep the code nests (measured: 0.07 s at 400
+# levels, 1.6 s at 1,600, 6.6 s at 3,000 subscripts `x[0][0]...`): past this, no fix.
+MAX_LIBCST_DEPTH = 400
 
 
 def apply_fixes(source: str, filename: str = "<stdin>",
@@ -61,6 +65,11 @@ def apply_fixes(source: str, filename: str = "<stdin>",
     if not wanted:
         return FixResult(source)
     result = FixResult(source)
+    depth = nesting_depth(tree)
+    if depth > MAX_LIBCST_DEPTH:
+        result.skipped = [(f, f"the file nests {depth} levels deep, too deep for LibCST")
+                          for f in wanted]
+        return result
     try:
         module = cst.parse_module(source)
         # LibCST computes positions recursively: a deep expression (500 implicitly joined
