@@ -44,7 +44,7 @@ class FileAnalysis:
         self.index = FileIndex(tree, self.imports)
         for func in self.index.functions:
             func.home = self
-        for cls in self.index.classes.values():
+        for cls in self.index.all_classes:
             cls.home = self
         self._facts: Dict[FunctionInfo, FunctionFacts] = {}
         self._in_progress: set = set()
@@ -93,9 +93,9 @@ class FileAnalysis:
         free them at once instead of leaving cycles for the garbage collector to scan."""
         for func in self.index.functions:
             func.home = None
-        for cls in self.index.classes.values():
+        for cls in self.index.all_classes:
             cls.home = None
-        self._globals.analyzer = None
+        self._globals.analyzer = self._globals.final_env = None
         self._facts.clear()
         self._memos.clear()
         self._others.clear()
@@ -116,6 +116,7 @@ class FileAnalysis:
             self._globals.analyzer = analyzer
             analyzer.run(self.tree.body)
             facts.env = analyzer.env
+            self._globals.finish()
             self._module_facts = facts
         return self._module_facts
 
@@ -124,7 +125,7 @@ class FileAnalysis:
         """Module-level names as bound so far by the module body's walk: a function called
         from the module body sees the globals bound before the call (as Python does), and
         every other function sees them all. One walk of the module body serves both."""
-        if self._globals.analyzer is None:
+        if not self._globals.walked:
             _ = self.module_facts   # walking the module body binds the globals
         return self._globals
 
@@ -355,16 +356,32 @@ class FileAnalysis:
 
 
 class _ModuleGlobals:
-    """Read-only view of the module body's environment as its walk has left it so far."""
+    """Read-only view of the module body's environment as its walk has left it so far: the
+    walking analyzer's while it runs, then the environment it ended with (the analyzer, which
+    points back at the file analysis, is let go so the two make no reference cycle)."""
 
     def __init__(self) -> None:
         self.analyzer: Optional[FlowAnalyzer] = None
+        self.final_env = None
+
+    @property
+    def walked(self) -> bool:
+        return self.analyzer is not None or self.final_env is not None
+
+    def finish(self) -> None:
+        self.final_env, self.analyzer = self.analyzer.env, None
+
+    def _env(self):
+        return self.final_env if self.final_env is not None else \
+            (self.analyzer.env if self.analyzer is not None else None)
 
     def get(self, name: str, default=None):
-        return self.analyzer.env.get(name, default) if self.analyzer is not None else default
+        env = self._env()
+        return env.get(name, default) if env is not None else default
 
     def __contains__(self, name: str) -> bool:
-        return self.analyzer is not None and name in self.analyzer.env
+        env = self._env()
+        return env is not None and name in env
 
 
 class _OuterNames:

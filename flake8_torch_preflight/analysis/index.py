@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -20,6 +21,28 @@ _EVAL_NAME_PREFIXES = ("val_", "valid_", "eval_", "test_", "predict", "infer", "
                        "validation")
 
 
+class _WeakLink:
+    """An attribute held weakly: `func.home`, `cls.home` (the analysis of the defining file)
+    and `func.cls` (the class a method belongs to). Each points back at what owns it (the
+    analysis owns its index, a class its methods); strong pointers made every analysis a set
+    of reference cycles that only the garbage collector could free, and flake8's collections
+    scanned them (a large share of our time). Whoever uses a function of another file keeps
+    that file's analysis alive (`FileAnalysis.other_file` pins it, and the analysis its index);
+    a link whose target is gone reads as None, as after `release()`."""
+
+    def __init__(self, name: str) -> None:
+        self.key = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        ref = obj.__dict__.get(self.key)
+        return ref() if ref is not None else None
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.key] = weakref.ref(value) if value is not None else None
+
+
 @dataclass(eq=False)
 class ClassInfo:
     node: ast.ClassDef
@@ -30,7 +53,7 @@ class ClassInfo:
     is_module: bool = False            # nn.Module subclass (directly or through local bases)
     is_lightning: bool = False         # LightningModule subclass
     is_hf_trainer: bool = False        # transformers Trainer subclass / TrainerCallback
-    home: Optional[object] = None      # the FileContext of the file that defines it
+    home = _WeakLink("home")           # the FileContext of the file that defines it
 
     def method(self, name: str) -> Optional["FunctionInfo"]:
         seen = set()
@@ -55,7 +78,7 @@ class FunctionInfo:
     parent: Optional["FunctionInfo"]
     params: List[str]
     no_grad_decorated: bool = False    # @torch.no_grad() / @torch.inference_mode()
-    home: Optional[object] = None      # the FileContext of the file that defines it
+    home = _WeakLink("home")           # the FileContext of the file that defines it
 
     @property
     def is_method(self) -> bool:
@@ -77,12 +100,19 @@ class FunctionInfo:
         return name.startswith(_EVAL_NAME_PREFIXES) or name in ("eval", "evaluation")
 
 
+# Installed after the dataclass is made, so its generated `__init__` stores `cls` weakly too.
+FunctionInfo.cls = _WeakLink("cls")  # type: ignore[assignment]
+
+
 class FileIndex:
     def __init__(self, tree: ast.Module, imports: ImportTable) -> None:
         self.tree = tree
         self.imports = imports
         self.functions: List[FunctionInfo] = []
         self.classes: Dict[str, ClassInfo] = {}
+        # every class, also those `classes` does not name (a second class of the same name):
+        # their methods point at them only weakly, so the index keeps them
+        self.all_classes: List[ClassInfo] = []
         self.by_node: Dict[ast.AST, FunctionInfo] = {}
         # (enclosing FunctionInfo or None, name) -> FunctionInfo
         self._scoped: Dict[tuple, FunctionInfo] = {}
@@ -96,6 +126,7 @@ class FileIndex:
                 self._add_function(stmt, parent, cls, prefix)
             elif isinstance(stmt, ast.ClassDef):
                 info = ClassInfo(stmt, stmt.name, [self._base_name(b) for b in stmt.bases])
+                self.all_classes.append(info)
                 if parent is None and cls is None:
                     self.classes.setdefault(stmt.name, info)
                 else:
