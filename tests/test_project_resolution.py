@@ -172,3 +172,51 @@ def test_imports_are_followed_three_files_deep_and_no_further(tmp_path):
         analysis = analysis.other_file(str(tmp_path / f"{there}.py")) if analysis else None
         seen.append(analysis is not None)
     assert seen == [True, True, True, False]
+
+
+TRAIN_IMPORTING = """import torch
+import {module}
+
+
+def main(model, loader, optimizer):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main(None, [], None)
+"""
+
+
+def test_import_time_seeding_does_not_depend_on_lint_order(tmp_path):
+    """What importing a project module seeds is kept per module across linted files (a
+    summary of lines and texts); an answer cut short by an import cycle (`data` imports
+    `helpers`, which seeds and imports `data`: read from `helpers`, `data`'s part of the
+    cycle is cut) is not kept, so each entry point gets the same answer
+    whichever is linted first."""
+    from flake8_torch_preflight.analysis import seeding, workspace
+    from flake8_torch_preflight.engine import lint_source
+
+    (tmp_path / "data.py").write_text("import helpers\n\nSCALE = 1\n")
+    (tmp_path / "helpers.py").write_text("import numpy as np\nimport data\n\nnp.random.seed(0)\n")
+    (tmp_path / "proxy.py").write_text("import data\n")
+    entries = {name: TRAIN_IMPORTING.format(module=module)
+               for name, module in (("train_a.py", "helpers"), ("train_b.py", "data"),
+                                    ("train_c.py", "proxy"))}
+    for name, text in entries.items():
+        (tmp_path / name).write_text(text)
+
+    def lint_in(order):
+        workspace.clear()
+        seeding._SUMMARIES.clear()
+        out = {}
+        for name in order:
+            out[name] = [f.message for f in lint_source(entries[name], str(tmp_path / name))]
+        return out
+
+    first = lint_in(["train_a.py", "train_b.py", "train_c.py"])
+    assert first == lint_in(["train_c.py", "train_b.py", "train_a.py"])
+    assert all(any("np.random.seed" in m for m in messages) for messages in first.values())

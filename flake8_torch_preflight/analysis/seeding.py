@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections import OrderedDict
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from . import project
@@ -271,10 +272,45 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str, str]]:
         record(class_seeds(analysis, cls), line, f"{cls.name}.__init__(...)", f"line {line}")
     if _settled(seeds, random_draws(analysis)):
         return seeds     # what the imports run cannot change the verdict: not read (speed)
-    for stmt, other in _imported_project_modules(analysis):
-        for gen, (line, text) in import_time_seeds(other).items():
-            record({gen}, stmt.lineno, text, f"line {line} of {os.path.basename(other.filename)}, "
+    for stmt, path in _imported_project_files(analysis):
+        for gen, (line, text) in _import_time_summary(analysis, path).items():
+            record({gen}, stmt.lineno, text, f"line {line} of {os.path.basename(path)}, "
                                              f"run by the import at line {stmt.lineno}")
+    return seeds
+
+
+# (path, import depth) -> (mtime, what importing the module seeds). Summaries hold only lines
+# and texts, so keeping many costs the collector nothing, and every linted file that imports
+# the module reuses it instead of parsing and walking the module (and its imports) again.
+_SUMMARIES: "OrderedDict[Tuple[str, int], Tuple[float, Dict[str, Tuple[int, str]]]]" = OrderedDict()
+_MAX_SUMMARIES = 4096
+_IN_PROGRESS: set = set()   # paths whose import-time seeding is being computed
+_CYCLE = [False]            # the computation met an import cycle: its answer is partial
+
+
+def _import_time_summary(analysis, path: str) -> Dict[str, Tuple[int, str]]:
+    """`import_time_seeds` of the project file at `path` as `analysis` imports it, from the
+    process-wide summaries when the file has not changed. An answer cut short by an import
+    cycle depends on where the cycle was entered, so it is not kept."""
+    key = (path, analysis.depth + 1)
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return {}
+    kept = _SUMMARIES.get(key)
+    if kept is not None and kept[0] == mtime:
+        _SUMMARIES.move_to_end(key)
+        return kept[1]
+    other = analysis.other_file(path)
+    if other is None or other is analysis:
+        return {}
+    cycle, _CYCLE[0] = _CYCLE[0], False
+    seeds = import_time_seeds(other)
+    if not _CYCLE[0]:
+        _SUMMARIES[key] = (mtime, seeds)
+        while len(_SUMMARIES) > _MAX_SUMMARIES:
+            _SUMMARIES.popitem(last=False)
+    _CYCLE[0] = cycle or _CYCLE[0]
     return seeds
 
 
@@ -296,11 +332,23 @@ def _seeding_calls(analysis, facts: FunctionFacts):
             yield call, gens
 
 
-@per_file("import_time_seeds", guard={})
 def import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
     """generator -> (line, text) of the first call that seeds it when the module is
     imported: its module-level statements (not those under its own `__main__` guard), and
-    those of the project modules it imports in turn (as far as `other_file` reads)."""
+    those of the project modules it imports in turn (as far as `other_file` reads). Not
+    memoised per file: `_import_time_summary` keeps the complete answers, and an answer cut
+    short by an import cycle must not be kept anywhere."""
+    if analysis.filename in _IN_PROGRESS:
+        _CYCLE[0] = True
+        return {}
+    _IN_PROGRESS.add(analysis.filename)
+    try:
+        return _import_time_seeds(analysis)
+    finally:
+        _IN_PROGRESS.discard(analysis.filename)
+
+
+def _import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
     seeds: Dict[str, Tuple[int, str]] = {}
     guard = main_guard(analysis)
     for call, gens in _seeding_calls(analysis, analysis.module_facts):
@@ -308,23 +356,23 @@ def import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
             continue      # runs only when the module is executed as a script
         for gen in gens:
             seeds.setdefault(gen, (call.site.line, _text(call)))
-    for stmt, other in _imported_project_modules(analysis):
-        for gen, (line, text) in import_time_seeds(other).items():
+    for stmt, path in _imported_project_files(analysis):
+        for gen, (line, text) in _import_time_summary(analysis, path).items():
             seeds.setdefault(gen, (stmt.lineno, text))
     return seeds
 
 
-def _imported_project_modules(analysis):
-    """(import statement, analysis of the project module it imports) for each import of
-    the file that names a project module the resolver finds (`from reading_data import X`,
+def _imported_project_files(analysis):
+    """(import statement, path of the project module it imports) for each import of the
+    file that names a project module the resolver finds (`from reading_data import X`,
     `import utils`, `from . import data`); libraries are not looked up."""
     for stmt in import_statements(analysis.tree.body):
         for module in _imported_module_names(stmt):
             if not project.is_project_name(module):
                 continue
-            other = project.other_analysis(analysis, module)
-            if other is not None and other is not analysis:
-                yield stmt, other
+            path = project.module_file(analysis.filename, module)
+            if path is not None and path != analysis.filename:
+                yield stmt, path
 
 
 def _imported_module_names(stmt):
