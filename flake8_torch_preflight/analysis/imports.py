@@ -24,7 +24,10 @@ class ImportTable:
         self.modules: Set[str] = set()
         self.star_modules: List[str] = []   # `from .models import *`
         self._module_name = module_name
-        for node in import_statements(tree.body):
+        # every import statement of the file, in no particular order (one walk, asked again
+        # by questions about what importing a module runs)
+        self.statements = list(import_statements(tree.body))
+        for node in self.statements:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     self.modules.add(alias.name)

@@ -18,7 +18,6 @@ from . import project
 from . import torchapi as api
 from .epochs import argument_for
 from .events import CallSite, FunctionFacts
-from .imports import import_statements
 from .memo import per_file
 from .questions import Does
 
@@ -366,7 +365,7 @@ def _imported_project_files(analysis):
     """(import statement, path of the project module it imports) for each import of the
     file that names a project module the resolver finds (`from reading_data import X`,
     `import utils`, `from . import data`); libraries are not looked up."""
-    for stmt in import_statements(analysis.tree.body):
+    for stmt in analysis.imports.statements:
         for module in _imported_module_names(stmt):
             if not project.is_project_name(module):
                 continue
