@@ -13,10 +13,11 @@ import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import semantics, workspace
+from . import values as V
 from .astutil import dotted, iterated_expr
 from .bindings import Bindings, scan_bindings
 from .events import FunctionFacts, LocalCall, Site
-from .flow import FlowAnalyzer
+from .flow import FlowAnalyzer, FunctionRef
 from .imports import ImportTable
 from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
 from .questions import Does
@@ -249,7 +250,8 @@ class FileAnalysis:
         memo[key] = False   # recursion guard: assume no
         facts = self.facts_for(func)
         result = bool(what.sites_in(facts)) or any(
-            self.function_does(call.callee, what) for call in facts.local_calls)
+            self.function_does(call.callee, what) for call in facts.local_calls) or \
+            bool(self.parameter_call_sites(facts, what))
         memo[key] = result
         return result
 
@@ -290,11 +292,43 @@ class FileAnalysis:
             index = {}
             sites = what.sites_in(facts) + [c.site for c in facts.local_calls
                                             if self.function_does(c.callee, what)]
+            sites += self.parameter_call_sites(facts, what)
             for site in sites:
                 for loop in site.loops:
                     index.setdefault(loop, []).append(site)
             self.memo("sites_by_loop")[(facts, what)] = index
         return index
+
+    def parameter_call_sites(self, facts: FunctionFacts, what: Does) -> List[Site]:
+        """Calls of a parameter (`loss_scaler(loss, optimizer)` in `train_one_epoch(...,
+        loss_scaler)`) that do `what` because a caller in this file passes for it an object of
+        a project class whose `__call__` does it, or a project function that does it. The
+        callee stays unseen where no caller is in the file or what they pass is unknown."""
+        func = facts.func
+        if func is None:
+            return []
+        table = self.memo("parameter_call_sites")
+        key = (facts, what)
+        if key not in table:
+            table[key] = []   # recursion guard: assume no
+            table[key] = [call.site for call in facts.calls
+                          if call.unseen and self._passed_callee_does(facts, call, what)]
+        return table[key]
+
+    def _passed_callee_does(self, facts: FunctionFacts, call, what: Does) -> bool:
+        from .epochs import resolve_values   # epochs asks this class its questions
+        callee = call.node.func
+        func = facts.func
+        if not isinstance(callee, ast.Name) or callee.id not in func.params:
+            return False
+        value = facts.value(callee)
+        if value.params != {func.params.index(callee.id)}:
+            return False   # the name was rebound to something else before the call
+        for passed in resolve_values(self, facts, value):
+            target = _called_function(passed)
+            if target is not None and self.function_does(target, what):
+                return True
+        return False
 
     # ------------------------------------------------------------------ training loops
     def training_loops(self, facts: FunctionFacts) -> List[ast.AST]:
@@ -403,6 +437,16 @@ class _OuterNames:
     def __contains__(self, name: str) -> bool:
         return any(name in env for env in (scope() for scope in self.scopes) if env is not None) \
             or name in self.module_names
+
+
+def _called_function(value: Value) -> Optional[FunctionInfo]:
+    """What calling `value` runs: a project function it names, or the `__call__` of the
+    project class it is an instance of."""
+    if isinstance(value.node, FunctionRef):
+        return value.node.func   # `step_fn=train_step`
+    if value.cls is not None and not value.has(V.CONTAINER):
+        return value.cls.method("__call__")
+    return None
 
 
 def iterated_name(loop: ast.AST) -> Optional[str]:

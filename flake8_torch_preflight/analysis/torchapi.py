@@ -138,6 +138,10 @@ DISTRIBUTED_SAMPLERS = frozenset(
      "torchdata.stateful_dataloader.sampler.StatefulDistributedSampler",
      "torchdata.stateful_dataloader.StatefulDistributedSampler"}
 )
+# Groups the indices another sampler draws into batches (its first argument): iterating it
+# iterates that sampler, so a `DistributedSampler` inside still needs `set_epoch`.
+BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler",
+                            "torch.utils.data.sampler.BatchSampler"})
 DDP_WRAPPERS = frozenset(
     {
         "torch.nn.parallel.DistributedDataParallel",

@@ -13,7 +13,7 @@ from .registry import Access, Call, other_attributes, qualified
 def _data_loader(call: Call) -> Value:
     """A loader, remembering its dataset and sampler (TPF008/TPF009 ask for them)."""
     fields = []
-    sampler = call.kwargs.get("sampler") or call.kwargs.get("batch_sampler")
+    sampler = call.kwargs.get("sampler") or _drawn_from(call.kwargs.get("batch_sampler"))
     if sampler is not None:
         fields.append(("sampler", sampler))
     dataset = call.kwargs.get("dataset") or (call.args[0] if call.args else None)
@@ -33,6 +33,23 @@ def _progress_bar(call: Call) -> Optional[Value]:
 @qualified(*api.DISTRIBUTED_SAMPLERS)
 def _distributed_sampler(call: Call) -> Value:
     return Value.of(V.DIST_SAMPLER, V.SAMPLER, node=call.node)
+
+
+@qualified(*api.BATCH_SAMPLERS)
+def _batch_sampler(call: Call) -> Value:
+    """`BatchSampler(sampler, batch_size, drop_last)`: remembers the sampler it batches."""
+    inner = call.args[0] if call.args else call.kwargs.get("sampler")
+    fields = (("sampler", inner),) if inner is not None else ()
+    return Value(tags=frozenset({V.SAMPLER}), node=call.node, fields=fields)
+
+
+def _drawn_from(batch_sampler: Optional[Value]) -> Optional[Value]:
+    """The sampler whose order a loader's `batch_sampler=` follows: the one a `BatchSampler`
+    batches, else the batch sampler itself."""
+    if batch_sampler is None:
+        return None
+    inner = batch_sampler.field("sampler") if batch_sampler.has(V.SAMPLER) else None
+    return inner if inner is not None else batch_sampler
 
 
 @other_attributes(V.LOADER)
