@@ -40,11 +40,16 @@ Unsafe: one `sampler.set_epoch(epoch)` line at the top of the epoch loop, placed
 ## Known limits
 Quiet with `shuffle=False` or a non-literal `shuffle=` value, for loaders passed through
 `accelerator.prepare`/`fabric.setup_dataloaders` (the framework sets the epoch), for
-samplers wrapped in a `BatchSampler` or handed to a loader built in a helper through a
-parameter (not followed), and when any `set_epoch` call whose receiver cannot be told apart
-from this sampler runs in the epoch loop. A `set_epoch` call outside the epoch loop does not
-count. Lightning and HF `Trainer` loops set the epoch themselves and are not seen as epoch
-loops.
+samplers handed to a loader built in a helper through a parameter (not followed), and when
+any `set_epoch` call whose receiver cannot be told apart from this sampler runs in the epoch
+loop. A sampler wrapped in torch's `BatchSampler` is followed. A helper whose backward runs
+in an object it is handed (`loss_scaler(loss, optimizer)`) trains when a caller in the
+linted file passes a project object whose `__call__` backwards (or a project function that
+does); with no such caller, or one passing something unknown, it is not seen as training. A
+`set_epoch` call outside the epoch loop does not count. Lightning and HF `Trainer` loops set
+the epoch themselves and are not seen as epoch loops. Loaders of other packages
+(`torch_geometric.loader.DataLoader`) and samplers of the project's own classes are not
+modelled.
 """
 from __future__ import annotations
 
