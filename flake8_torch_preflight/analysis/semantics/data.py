@@ -25,9 +25,13 @@ def _data_loader(call: Call) -> Value:
 @qualified(*api.PROGRESS_WRAPPERS)
 def _progress_bar(call: Call) -> Optional[Value]:
     """`tqdm(loader)`: iterating the bar iterates the loader, so the bar stands for it (the
-    loop `for b in bar` under `with tqdm(loader) as bar:` trains on that loader)."""
+    loop `for b in bar` under `with tqdm(loader) as bar:` trains on that loader). A bar over
+    a parameter stands for the parameter, so a helper's loop over it is followed to the
+    loaders its callers pass (`def train(net, loader): with tqdm(loader) as bar: ...`)."""
     wrapped = call.args[0] if call.args else call.kwargs.get("iterable")
-    return wrapped if wrapped is not None and wrapped.has(V.LOADER) else None
+    if wrapped is None or not (wrapped.has(V.LOADER) or wrapped.params):
+        return None
+    return wrapped
 
 
 @qualified(*api.DISTRIBUTED_SAMPLERS)
