@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from . import values as V
-from .astutil import dotted, is_const, keyword, short
+from .astutil import dotted, is_const, iterated_expr, keyword, short
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
                           sharding_reason, synthetic_data)
 from .epochs import argument_for, iterated_loaders
@@ -68,6 +68,19 @@ LIGHTNING_TRAINERS = frozenset({
     "lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
     "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer",
     "lightning.pytorch.trainer.Trainer"})
+# Trainers that iterate the training loader they are given in its own order, never swapping
+# its sampler: (qualified name, keyword that takes the training loader). Composer's `Trainer`
+# only calls `set_epoch` on a `DistributedSampler` the loader already has (read in its
+# `trainer/trainer.py`, `_get_distributed_sampler`); its "DataLoaders" guide passes a loader
+# built with `shuffle=True` itself.
+ORDER_KEEPING_TRAINERS = {
+    "composer.Trainer": "train_dataloader",
+    "composer.trainer.Trainer": "train_dataloader",
+    "composer.trainer.trainer.Trainer": "train_dataloader",
+}
+# Wrappers of a loader for those trainers (Composer's `DataSpec(dataloader, ...)`).
+LOADER_SPECS = frozenset({"composer.DataSpec", "composer.core.DataSpec",
+                          "composer.core.data_spec.DataSpec"})
 # `Trainer(...)` keywords that decide whether Lightning swaps in a distributed sampler:
 # flags that, literally False, keep the training loader's own (2.x name, 1.x name);
 # strategies that run one process; the keywords that give the device count.
@@ -95,12 +108,12 @@ def unshuffled_training_loaders(analysis) -> List[Unshuffled]:
     feeds = _training_feeds(analysis)
     if feeds:
         by_node = {c.node: (f, c) for f, c in loader_constructions(analysis)}
-        for node, fed_to, loop_facts, loop in feeds:
+        for node, fed_to, loop_owner, loop_facts, loop in feeds:
             hit = by_node.get(node)
             if hit is None or node in found:
                 continue
             facts, call = hit
-            dataset = _judge(analysis, facts, call, loop_facts, loop)
+            dataset = _judge(analysis, facts, call, loop_owner, loop_facts, loop)
             if dataset is not None:
                 found[node] = Unshuffled(facts, call, dataset, fed_to)
     return sorted(found.values(), key=lambda u: u.call.site.line)
@@ -108,8 +121,9 @@ def unshuffled_training_loaders(analysis) -> List[Unshuffled]:
 
 # ---------------------------------------------------------------------------- what trains
 def _training_feeds(analysis) -> list:
-    """(loader construction node, how it is fed, loop facts, loop) for each loader a training
-    loop iterates or a single-device Lightning hook returns."""
+    """(loader construction node, how it is fed, the analysis of the loop's file, loop facts,
+    loop) for each loader a training loop iterates (of this file, or of a helper of another
+    project file it is passed to) or a single-device Lightning hook returns."""
     feeds = []
     for facts in analysis.all_facts():
         if analysis.framework_owned(facts.func):
@@ -117,7 +131,10 @@ def _training_feeds(analysis) -> list:
         for loop in analysis.training_loops(facts):
             for value in iterated_loaders(analysis, facts, loop):
                 if isinstance(value.node, ast.Call):
-                    feeds.append((value.node, f"the training loop at line {loop.lineno}", facts, loop))
+                    feeds.append((value.node, f"the training loop at line {loop.lineno}",
+                                  analysis, facts, loop))
+        feeds.extend(_fed_to_helpers_of_other_files(analysis, facts))
+        feeds.extend(_fed_to_order_keeping_trainers(analysis, facts))
     if analysis.uses_framework("lightning") and _lightning_trains_on_one_device(analysis):
         for cls in analysis.index.classes.values():
             hook = cls.methods.get("train_dataloader")
@@ -126,8 +143,83 @@ def _training_feeds(analysis) -> list:
             returned = analysis.facts_for(hook).returns
             if returned.has(V.LOADER) and isinstance(returned.node, ast.Call):
                 feeds.append((returned.node, f"`{cls.name}.train_dataloader()`, which a "
-                              f"single-device Lightning `Trainer` trains on", None, None))
+                              f"single-device Lightning `Trainer` trains on", analysis, None, None))
     return feeds
+
+
+# How deep a parameter is followed through the helpers of the other file (`train(model,
+# loader)` calling `train_one_epoch(model, loader)`).
+_HELPER_DEPTH = 2
+
+
+def _fed_to_helpers_of_other_files(analysis, facts) -> list:
+    """Loaders built here and passed to a function of another project file whose training
+    loop iterates that parameter (`train_model(model, train_loader, ...)` imported from
+    `engine.py`). Same-file helpers are found from their loops (`iterated_loaders`); a loop
+    of another file is not among this file's, so it is asked from the call. The call must
+    not sit in a loop that reshuffles (`for epoch ...: data.shuffle(); train(...)`)."""
+    feeds = []
+    for call in facts.local_calls:
+        home = call.callee.home
+        if home is None or home is analysis or _site_reshuffles(analysis, facts, call.site):
+            continue
+        for index, loop_facts, loop in _parameter_training_loops(home, call.callee, _HELPER_DEPTH):
+            arg = argument_for(call.callee, call.node, index)
+            value = facts.value(arg) if arg is not None else None
+            if value is not None and value.has(V.LOADER) and isinstance(value.node, ast.Call):
+                where = analysis.where(loop_facts.func, loop.lineno)
+                feeds.append((value.node, f"the training loop at {where} (`{call.callee.name}()`, "
+                              f"passed the loader at line {call.site.line})", home, loop_facts, loop))
+    return feeds
+
+
+def _fed_to_order_keeping_trainers(analysis, facts) -> list:
+    """Loaders given to a trainer that iterates them as they are (Composer's
+    `Trainer(train_dataloader=loader)`, directly or in a `DataSpec`)."""
+    feeds = []
+    for call in facts.calls:
+        keyword_name = ORDER_KEEPING_TRAINERS.get(call.qualname or "")
+        given = keyword(call.node, keyword_name) if keyword_name else None
+        if isinstance(given, ast.Call) and analysis.imports.qualname(given.func) in LOADER_SPECS:
+            given = given.args[0] if given.args else keyword(given, "dataloader")
+        value = facts.value(given) if given is not None else None
+        if value is not None and value.has(V.LOADER) and isinstance(value.node, ast.Call):
+            feeds.append((value.node, f"the `{short(call.node.func, 40)}(...)` at line "
+                          f"{call.site.line}, which trains on it in its own order",
+                          analysis, None, None))
+    return feeds
+
+
+def _parameter_training_loops(home, func, depth: int) -> list:
+    """(parameter index, loop facts, loop) for each training loop of `func` (in its own file
+    `home`) that iterates one of `func`'s parameters by name, directly or in a helper of
+    that file the parameter is passed to unchanged."""
+    if depth <= 0:
+        return []
+    facts = home.facts_for(func)
+    found = []
+    for loop in home.training_loops(facts):
+        index = _iterated_parameter(func, iterated_expr(loop))
+        if index is not None:
+            found.append((index, facts, loop))
+    for call in facts.local_calls:
+        for inner, loop_facts, loop in _parameter_training_loops(home, call.callee, depth - 1):
+            index = _iterated_parameter(func, argument_for(call.callee, call.node, inner))
+            if index is not None:
+                found.append((index, loop_facts, loop))
+    return found
+
+
+def _iterated_parameter(func, expr) -> Optional[int]:
+    """The index of the parameter `expr` names (`loader` of `def train(model, loader)`)."""
+    if isinstance(expr, ast.Name) and expr.id in func.params:
+        return func.params.index(expr.id)
+    return None
+
+
+def _site_reshuffles(analysis, facts, site) -> bool:
+    """A loop around the call reorders the data each time round (`set_epoch`, `shuffle`)."""
+    return any(_reshuffles(analysis, facts, loop) for loop in site.loops[-1:])
 
 
 def _is_datamodule(cls) -> bool:
@@ -170,8 +262,9 @@ def _one_device(expr: ast.expr) -> bool:
 
 
 # ---------------------------------------------------------------------------- one loader
-def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
-    """What the map-style dataset of this never-shuffling training loader is, or None."""
+def _judge(analysis, facts, call: CallSite, loop_owner, loop_facts, loop) -> Optional[str]:
+    """What the map-style dataset of this never-shuffling training loader is, or None
+    (`loop_owner`: the analysis of the file the training loop is in)."""
     node = call.node
     if _may_shuffle(node) or evaluation_loader(call):
         return None
@@ -181,8 +274,8 @@ def _judge(analysis, facts, call: CallSite, loop_facts, loop) -> Optional[str]:
     kind = _dataset_kind(analysis, facts, dataset, depth=2)
     if kind is None or synthetic_data(analysis, scope_of(analysis, facts), dataset, depth=6):
         return None           # random noise in any order is the same noise
-    if loop is not None and (_carries_state(analysis, loop_facts, loop)
-                             or _reshuffles(analysis, loop_facts, loop)):
+    if loop is not None and (_carries_state(loop_owner, loop_facts, loop)
+                             or _reshuffles(loop_owner, loop_facts, loop)):
         return None
     if ddp_wraps(analysis) and sharding_reason(analysis, facts, call) is None:
         return None           # TPF008 reports this loader (its fix shuffles too)

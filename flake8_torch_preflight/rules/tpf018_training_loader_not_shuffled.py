@@ -2,8 +2,12 @@
 
 ## What it does
 Reports the `DataLoader(...)` that a training loop of the file iterates (directly, through a
-helper it is passed to, or after `accelerator.prepare`), or that a LightningModule's /
-LightningDataModule's `train_dataloader()` returns under a single-device `Trainer`, when:
+helper it is passed to, through a progress bar over it, or after `accelerator.prepare`),
+that a training loop of a helper in another project file iterates (`train_one_epoch(model,
+train_loader, ...)` imported from `engine.py`, within two helpers of that file), that
+Composer's `Trainer(train_dataloader=...)` is given (directly or in a `DataSpec`), or that
+a LightningModule's / LightningDataModule's `train_dataloader()` returns under a
+single-device `Trainer`, when:
 
 - it has no `shuffle=True`, no `sampler=` / `batch_sampler=` and no `**kwargs`;
 - its dataset is provably map-style: `TensorDataset`, `Subset`, `ConcatDataset`, a
@@ -62,7 +66,10 @@ bucketing) only the author can confirm.
 ## Known limits
 Frameworks that shuffle for the user are left alone: HF `Trainer` builds its training loader
 with a `RandomSampler` (`Trainer._get_train_sampler` in transformers' `trainer.py`), DeepSpeed
-builds its own from `training_data`. Lightning replaces the training loader's sampler only
+builds its own from `training_data`. Composer's `Trainer` keeps the loader's own sampler (it
+only calls `set_epoch` on a `DistributedSampler` the loader has: `_get_distributed_sampler`
+in its `trainer/trainer.py`; its "DataLoaders" guide builds the loader with `shuffle=True`
+itself), so a loader it is given is judged. Lightning replaces the training loader's sampler only
 when it runs distributed (`_requires_distributed_sampler` checks `use_distributed_sampler`
 and `is_distributed`; for the training stage it passes `shuffle=True` to the
 `DistributedSamplerWrapper`; read in the `trainer/connectors/data_connector.py` of
@@ -75,8 +82,11 @@ DDP file's unsharded loader is left to TPF008. A loader handed to a call that re
 privacy_engine.make_private(..., data_loader=loader)`) may be replaced and is not judged.
 Iterable datasets, datasets of unknown kind (from another package, a method, or a factory
 with a `return` we cannot judge), graph loaders (PyG, DGL), loaders iterated through
-`iter()`/`next()` or by a training loop in another file, and shuffling done by a project
-helper called elsewhere are not judged.
+`iter()`/`next()`, loaders returned to a caller whose loop is not seen (`load_data_*()`
+factories), loaders of a training loop the analysis does not see as one (a JAX/Flax step
+whose gradient is `jax.value_and_grad`, RPC `dist_autograd.backward`), a loader reaching a
+helper of another file through a tuple or a method of a project object, and shuffling done
+by a project helper called elsewhere are not judged.
 A Hugging Face split shuffled once on some path (`if args.max_train_samples:
 dataset["train"] = dataset["train"].shuffle(seed=...).select(...)`, the pattern of the
 diffusers examples) is left alone, although the default path reads the stored order: the
