@@ -497,7 +497,9 @@ def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, d
     logits, y)` from another file, `self.loss_fn(...)` built from a config) on the model's
     output, and nothing on its way could have divided it by the accumulation count: no
     division, and no call that received the count (or an object that may hold it: `args`,
-    `cfg`, `self`). Proven from the function's own assignments; anything else is unknown."""
+    `cfg`, `self`). Also a loss returned by a function of this file that can read no such
+    name (`forward_and_loss(model, x, y)`): a division inside it is not by the count. Proven
+    from the function's own assignments; anything else is unknown."""
     if depth < 0 or expr is None:
         return False
     if isinstance(expr, ast.Name):
@@ -510,8 +512,8 @@ def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, d
         rhs = max(earlier, key=lambda p: p.lineno)
         if facts.value(expr).has(V.DIVIDED) and not facts.value(rhs).has(V.DIVIDED):
             return False      # divided on the way (`loss /= n_accum`)
-        if isinstance(rhs, ast.AugAssign):
-            return False      # `loss /= n`, `loss *= scale`: changed on the way
+        if isinstance(rhs, ast.AugAssign) or _changed_in_place(facts, expr.id, rhs, expr):
+            return False      # `loss /= n`, `loss.div_(n)`: changed on the way
         return undivided_from_unread_code(analysis, facts, rhs, depth - 1, loop)
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, (ast.Add, ast.Sub)):
@@ -529,6 +531,14 @@ def undivided_from_unread_code(analysis, facts: FunctionFacts, expr: ast.expr, d
     return _unread_loss_call(analysis, facts, expr, loop)
 
 
+def _changed_in_place(facts: FunctionFacts, name: str, since: ast.AST, use: ast.AST) -> bool:
+    """An in-place method (`loss.div_(n)`, `loss.mul_(s)`) runs on `name` between its
+    assignment and its use."""
+    return any(isinstance(c.node.func, ast.Attribute) and c.node.func.attr.endswith("_")
+               and isinstance(c.node.func.value, ast.Name) and c.node.func.value.id == name
+               and since.lineno <= c.node.lineno <= use.lineno for c in facts.calls)
+
+
 def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call, loop) -> bool:
     func = call.func
     callee = facts.value(func)
@@ -537,8 +547,11 @@ def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call, loop) -> b
     qual = analysis.imports.qualname(func)
     if qual is not None and qual.startswith("torch."):
         return False                  # torch's own functions are modelled by flow
-    if isinstance(func, ast.Name) and analysis.index.function_named(func.id, facts.func):
-        return False                  # a function of this file: flow's summary decides
+    helper = analysis.index.function_named(func.id, facts.func) if isinstance(func, ast.Name) \
+        else None
+    if helper is not None and not (_blind_to_count(analysis, helper)
+                                   and facts.value(call).has(V.LOSS)):
+        return False   # a function of this file that may see the count: its summary decides
     text = dotted(func) or ""
     if text.startswith("self.") and facts.func is not None and facts.func.cls is not None \
             and facts.func.cls.method(text.split(".")[1]) is not None:
@@ -552,7 +565,29 @@ def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call, loop) -> b
                 name = dotted(node)
                 if name and any(_CARRIES_COUNT.search(part) for part in name.split(".")):
                     return False
+    if helper is not None:
+        return True    # flow read the helper: what it returns is a loss
     return any(facts.value(arg).grad or _model_output(analysis, loop, arg) for arg in arguments)
+
+
+def _blind_to_count(analysis, func, depth: int = 3) -> bool:
+    """No name that may carry the accumulation count (a parameter, a global, an attribute:
+    see `_CARRIES_COUNT`) is read in `func` or in the project functions it calls: a division
+    flow sees there (a mean over tokens in `chunked_cross_entropy`) is not the accumulation
+    scaling. Deeper helpers than `depth` are unknown."""
+    if depth < 0:
+        return False
+    memo = analysis.memo("accumulation_blind_to_count")
+    if func in memo:
+        return memo[func]
+    memo[func] = False   # recursion: not proven
+    names = (getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "arg", None)
+             for node in ast.walk(func.node) if isinstance(node, (ast.Name, ast.Attribute, ast.arg)))
+    blind = not any(_CARRIES_COUNT.search(name) for name in names if name) and all(
+        _blind_to_count(analysis, call.callee, depth - 1)
+        for call in analysis.facts_for(func).local_calls)
+    memo[func] = blind
+    return blind
 
 
 def _model_output(analysis, loop, expr: ast.expr) -> bool:

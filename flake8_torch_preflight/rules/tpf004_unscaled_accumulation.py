@@ -17,7 +17,8 @@ analysis (`analysis/accumulation.py`) recognises:
 What the summed gradients do depends on the optimizer, which the analysis traces to its
 construction: with SGD-style optimizers the step is k× too large; Adam-style optimizers are
 nearly scale-invariant, so the rule reports them only where the scale still matters: a
-gradient clip in the window (it sees k× the gradient, so it clips far more than intended) or
+gradient clip in the window or, after a micro-batch loop, before its step (it sees k× the
+gradient, so it clips far more than intended) or
 an L2 `weight_decay` coupled to the gradient (k× weaker). An optimizer it cannot trace is
 reported with both effects spelled out.
 
@@ -70,7 +71,9 @@ when the analysis cannot see where the loss came from. A loss computed on the mo
 by code it cannot read (a helper in another file, a loss object built from a config) counts
 as undivided when that call was given nothing that may carry the accumulation count (no
 `accum…`/`micro…` name, no `args`, `cfg` or `self`): a division inside it (a mean over tokens)
-is not the accumulation scaling; also when the window resets gradients on every
+is not the accumulation scaling; so does a loss returned by a function of this file that is
+given no such name and reads none (in its parameters, globals, attributes, or the project
+functions it calls, three deep), unless the caller changes it in place (`loss.div_(k)`); also when the window resets gradients on every
 micro-step (TPF015 reports that: there is no accumulation left to scale), and for a traced
 Adam-style optimizer with no clip and no coupled L2 decay in the window. A division elsewhere
 (a log line, `step // n`) does not count, and DDP's `no_sync()` does not scale the loss. A
@@ -90,12 +93,12 @@ from typing import Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
-from ..analysis.accumulation import (Window, backwarded_expr, every_step_resets, helper_backwards,
-                                     undivided_from_unread_code, windows)
+from ..analysis.accumulation import (MICRO_LOOP, Window, backwarded_expr, every_step_resets,
+                                     helper_backwards, undivided_from_unread_code, windows)
 from ..analysis.astutil import dotted
 from ..analysis.epochs import argument_for
 from ..analysis.events import Backward, LocalCall
-from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls,
+from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls, is_clip,
                                    stepped_optimizer)
 from ..findings import ERROR, Finding
 from .base import Rule
@@ -204,7 +207,7 @@ def _parameters_of(arg: ast.expr, models: set) -> bool:
 def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:
     """(what the sum does, why) for the optimizer the window steps; None where it is harmless."""
     kind = stepped_optimizer(analysis, window.facts, window.first_step)
-    clips = clip_calls(analysis, window.facts, window.loop)
+    clips = _window_clips(analysis, window)
     clip = f"the clip at line {clips[0].site.line}" if clips else None
     k = "k×" if not window.count else f"k× (k = `{window.count}`)"
     if kind.family == SGD_LIKE:
@@ -224,6 +227,19 @@ def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:
             f"the optimizer could not be traced to its construction: under SGD the step is k× "
             f"too large; Adam-style optimizers are nearly scale-invariant, but {seen} k× the "
             f"gradient")
+
+
+def _window_clips(analysis, window: Window) -> list:
+    """Clips that see the accumulated gradient: in the loop, or, for a micro-batch loop,
+    between its end and the step, at the step's own loop depth (`for micro in range(k):
+    ...backward()` then `clip_grad_norm_(...)` then `optimizer.step()`)."""
+    clips = clip_calls(analysis, window.facts, window.loop)
+    if window.gate.kind != MICRO_LOOP:
+        return clips
+    end = getattr(window.loop, "end_lineno", window.loop.lineno)
+    step = window.first_step
+    return clips + [c for c in window.facts.calls if is_clip(c) and c.site.loops == step.loops
+                    and end < c.site.line <= step.line]
 
 
 def _adaptive(kind: OptimizerKind) -> str:
