@@ -16,6 +16,7 @@ from . import semantics, workspace
 from . import values as V
 from .astutil import dotted, iterated_expr
 from .bindings import Bindings, scan_bindings
+from .epochs import resolve_values
 from .events import FunctionFacts, LocalCall, Site
 from .flow import FlowAnalyzer, FunctionRef
 from .imports import ImportTable
@@ -316,7 +317,6 @@ class FileAnalysis:
         return table[key]
 
     def _passed_callee_does(self, facts: FunctionFacts, call, what: Does) -> bool:
-        from .epochs import resolve_values   # epochs asks this class its questions
         callee = call.node.func
         func = facts.func
         if not isinstance(callee, ast.Name) or callee.id not in func.params:
