@@ -73,8 +73,9 @@ as undivided when that call was given nothing that may carry the accumulation co
 `accum…`/`micro…` name, no `args`, `cfg` or `self`): a division inside it (a mean over tokens)
 is not the accumulation scaling; so does a loss returned by a function of this file that is
 given no such name and reads none (in its parameters, globals, attributes, or the project
-functions it calls, three deep), unless the caller changes it in place (`loss.div_(k)`); also when the window resets gradients on every
-micro-step (TPF015 reports that: there is no accumulation left to scale), and for a traced
+functions it calls, three deep), unless the caller changes it in place (`loss.div_(k)`);
+also when the window resets gradients on every micro-step (TPF015 reports that: there is no
+accumulation left to scale), and for a traced
 Adam-style optimizer with no clip and no coupled L2 decay in the window. A division elsewhere
 (a log line, `step // n`) does not count, and DDP's `no_sync()` does not scale the loss. A
 backward inside `optimizer.step(closure)` and windows split across files are not seen.
