@@ -10,13 +10,12 @@ from collections import Counter, defaultdict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..analysis.astutil import nesting_depth
 from ..engine import has_skip_file_comment, lint_tree
 from ..findings import Finding
 from . import FixResult, tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
-from .edits import Context, Edit, ensure_import
+from .edits import Context, CstUnavailable, Edit, ensure_import
 
 # plan kind -> the fixer that writes its edits
 FIXERS = {
@@ -72,16 +71,13 @@ def apply_fixes(source: str, filename: str = "<stdin>",
         return result
     try:
         module = cst.parse_module(source)
-        # LibCST computes positions recursively: a deep expression (500 implicitly joined
-        # strings, nested lambdas) raises RecursionError (then KeyErrors) from here
-        positions = dict(MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider))
     except Exception:   # LibCST's grammar lags CPython's in rare corners; deep nesting
         result.skipped = [(f, "LibCST cannot parse this file") for f in wanted]
         return result
-    ctx = Context(source, filename, tree, module, positions)
+    ctx = Context(source, filename, tree, module)
     planned = _plan_edits(ctx, wanted, result)
     if planned:
-        _apply_confirmed(module, filename, Counter(f.code for f in all_findings), planned, result)
+        _apply_confirmed(ctx, filename, Counter(f.code for f in all_findings), planned, result)
     return result
 
 
@@ -91,6 +87,11 @@ def _plan_edits(ctx: Context, wanted: Sequence[Finding], result: FixResult) -> P
     for finding in wanted:
         try:
             edits = FIXERS[finding.plan.kind](ctx, finding.plan)
+        except CstUnavailable:
+            # LibCST computes positions recursively: a deep expression (500 implicitly
+            # joined strings, nested lambdas) raises RecursionError (then KeyErrors) there
+            result.skipped.append((finding, "LibCST cannot parse this file"))
+            continue
         except Exception as exc:  # a fixer bug must not lose the user's file
             result.skipped.append((finding, f"fixer failed: {type(exc).__name__}"))
             continue
@@ -101,17 +102,17 @@ def _plan_edits(ctx: Context, wanted: Sequence[Finding], result: FixResult) -> P
     return planned
 
 
-def _apply_confirmed(module: cst.Module, filename: str, baseline: Counter, planned: Planned,
+def _apply_confirmed(ctx: Context, filename: str, baseline: Counter, planned: Planned,
                      result: FixResult) -> None:
     """All edits at once when re-linting confirms them; otherwise one at a time, keeping
     the ones that are confirmed."""
-    new = _render(module, planned)
+    new = _render(ctx, planned)
     if new is not None and _confirmed(new, filename, baseline, planned):
         result.source, result.fixed = new, [f for f, _ in planned]
         return
     accepted: Planned = []
     for item in planned:
-        trial = _render(module, accepted + [item])
+        trial = _render(ctx, accepted + [item])
         if trial is not None and _confirmed(trial, filename, baseline, accepted + [item]):
             accepted.append(item)
             result.source = trial
@@ -120,10 +121,16 @@ def _apply_confirmed(module: cst.Module, filename: str, baseline: Counter, plann
     result.fixed = [f for f, _ in accepted]
 
 
-def _render(module: cst.Module, planned: Planned) -> Optional[str]:
+def _render(ctx: Context, planned: Planned) -> Optional[str]:
+    """The file with the edits applied: only the top-level statements the fixers looked
+    into are transformed (the edits' nodes are theirs); the rest is kept as parsed."""
     edits = [edit for _, group in planned for edit in group]
     try:
-        new_module = module.visit(_Batch(edits))
+        batch = _Batch(edits)
+        body = list(ctx.module.body)
+        for index in ctx.opened:
+            body[index] = body[index].visit(batch)
+        new_module = ctx.module.with_changes(body=body)
         needed = sorted({name for edit in edits for name in edit.imports})
         for name in needed:
             new_module = ensure_import(new_module, name)
@@ -133,10 +140,10 @@ def _render(module: cst.Module, planned: Planned) -> Optional[str]:
 
 
 def _confirmed(new: str, filename: str, baseline: Counter, planned: Planned) -> bool:
-    """Parses, no code got more findings, and each fixed code lost at least its fixes."""
+    """Parses, no code got more findings, and each fixed code lost at least its fixes.
+    (LibCST wrote `new` from a tree it validated, so Python's parser is the check.)"""
     try:
         tree = ast.parse(new, filename=filename)
-        cst.parse_module(new)
     except Exception:
         return False
     after = Counter(f.code for f in lint_tree(tree, filename))

@@ -7,11 +7,13 @@ in one pass. Importing this module imports LibCST.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 
 @dataclass
@@ -23,16 +25,34 @@ class Edit:
     imports: Tuple[str, ...] = ()  # modules to `import` at the top if missing ("torch")
 
 
+class CstUnavailable(Exception):
+    """LibCST could not give positions for the part of the file a fix needs."""
+
+
+class _Span(NamedTuple):
+    start_line: int
+    start_col: int
+    end_line: int
+    end_col: int
+
+
 @dataclass
 class Context:
-    """What a fixer may ask: the ast analysis and the CST, with positions joining them."""
+    """What a fixer may ask: the ast analysis and the CST, with positions joining them.
+
+    Positions are resolved only for the top-level statements a fix looks into (LibCST's
+    position pass over a whole 600 KiB module took 2.3 s): each such statement is laid out on
+    its own and its lines are shifted to where it stands in the file. `opened` says which
+    top-level statements those are, so the edits are applied to them alone."""
     source: str
     filename: str
     tree: ast.Module
     module: cst.Module
-    positions: Dict[cst.CSTNode, object]
+    opened: Dict[int, Dict[cst.CSTNode, _Span]] = field(default_factory=dict)
     _lines: List[str] = field(default_factory=list)
-    _exprs: Optional[Dict[Tuple[int, int, int, int], List[cst.CSTNode]]] = None
+    _starts: List[int] = field(default_factory=list)
+    _exprs: Dict[int, Dict[Tuple[int, int, int, int], List[cst.CSTNode]]] = \
+        field(default_factory=dict)
 
     def char_col(self, line: int, byte_col: int) -> int:
         """ast columns count UTF-8 bytes; LibCST columns count characters."""
@@ -45,20 +65,58 @@ class Context:
             return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
         return byte_col
 
+    def _alone(self, statement: cst.CSTNode) -> cst.Module:
+        """A module of one top-level statement, laid out as the whole module lays it out."""
+        return self.module.with_changes(body=[statement], header=[], footer=[],
+                                        has_trailing_newline=True)
+
+    def _element_at(self, line: int) -> Optional[int]:
+        """Index in `module.body` of the top-level statement whose text holds `line`."""
+        if not self._starts:
+            at, starts = 1 + len(self.module.header), []
+            try:
+                for statement in self.module.body:
+                    starts.append(at)
+                    at += self._alone(statement).code.count("\n")
+            except Exception as exc:   # deep nesting: LibCST's code generation recurses
+                raise CstUnavailable() from exc
+            self._starts = starts
+        index = bisect.bisect_right(self._starts, line) - 1
+        return index if 0 <= index < len(self.module.body) else None
+
+    def positions_at(self, line: int) -> Dict[cst.CSTNode, _Span]:
+        """Positions, in the file's lines, of every node of the top-level statement at `line`."""
+        index = self._element_at(line)
+        if index is None:
+            return {}
+        if index not in self.opened:
+            try:
+                found = MetadataWrapper(self._alone(self.module.body[index]),
+                                        unsafe_skip_copy=True).resolve(PositionProvider)
+            except Exception as exc:   # deep nesting: LibCST's position pass recurses
+                raise CstUnavailable() from exc
+            shift = self._starts[index] - 1
+            self.opened[index] = {node: _Span(where.start.line + shift, where.start.column,
+                                              where.end.line + shift, where.end.column)
+                                  for node, where in found.items()}
+        return self.opened[index]
+
     def cst_expr(self, node: ast.AST) -> Optional[cst.BaseExpression]:
         """The LibCST expression spanning exactly the same source as the ast node."""
-        if self._exprs is None:
-            self._exprs = defaultdict(list)
-            for cnode, where in self.positions.items():
-                if isinstance(cnode, cst.BaseExpression):
-                    self._exprs[(where.start.line, where.start.column,
-                                 where.end.line, where.end.column)].append(cnode)
         end_line = getattr(node, "end_lineno", None)
         if end_line is None:
             return None
-        key = (node.lineno, self.char_col(node.lineno, node.col_offset),
-               end_line, self.char_col(end_line, node.end_col_offset))
-        found = self._exprs.get(key)
+        index = self._element_at(node.lineno)
+        if index is None:
+            return None
+        if index not in self._exprs:
+            table = self._exprs[index] = defaultdict(list)
+            for cnode, where in self.positions_at(node.lineno).items():
+                if isinstance(cnode, cst.BaseExpression):
+                    table[where].append(cnode)
+        key = _Span(node.lineno, self.char_col(node.lineno, node.col_offset),
+                    end_line, self.char_col(end_line, node.end_col_offset))
+        found = self._exprs[index].get(key)
         if not found:
             return None
         # the same span can hold several expressions (rare); prefer the matching kind
@@ -71,10 +129,11 @@ class Context:
     def cst_function(self, node: ast.AST) -> Optional[cst.FunctionDef]:
         if not isinstance(node, ast.FunctionDef):
             return None
-        for cnode, where in self.positions.items():
+        positions = self.positions_at(node.lineno)
+        for cnode, where in positions.items():
             if isinstance(cnode, cst.FunctionDef) and cnode.name.value == node.name:
-                name_pos = self.positions.get(cnode.name)
-                if name_pos is not None and name_pos.start.line == node.lineno:
+                name_pos = positions.get(cnode.name)
+                if name_pos is not None and name_pos.start_line == node.lineno:
                     return cnode
         return None
 
