@@ -71,18 +71,19 @@ class Context:
                                         has_trailing_newline=True)
 
     def _element_at(self, line: int) -> Optional[int]:
-        """Index in `module.body` of the top-level statement whose text holds `line`."""
+        """Index in `module.body` of the top-level statement whose text holds `line`. The
+        statements are laid out one by one from the top, only as far as `line` needs."""
+        body = self.module.body
         if not self._starts:
-            at, starts = 1 + len(self.module.header), []
-            try:
-                for statement in self.module.body:
-                    starts.append(at)
-                    at += self._alone(statement).code.count("\n")
-            except Exception as exc:   # deep nesting: LibCST's code generation recurses
-                raise CstUnavailable() from exc
-            self._starts = starts
+            self._starts.append(1 + len(self.module.header))
+        try:
+            while len(self._starts) <= len(body) and self._starts[-1] <= line:
+                statement = body[len(self._starts) - 1]
+                self._starts.append(self._starts[-1] + self._alone(statement).code.count("\n"))
+        except Exception as exc:   # deep nesting: LibCST's code generation recurses
+            raise CstUnavailable() from exc
         index = bisect.bisect_right(self._starts, line) - 1
-        return index if 0 <= index < len(self.module.body) else None
+        return index if 0 <= index < len(body) else None
 
     def positions_at(self, line: int) -> Dict[cst.CSTNode, _Span]:
         """Positions, in the file's lines, of every node of the top-level statement at `line`."""
