@@ -116,6 +116,8 @@ def _apply_confirmed(ctx: Context, filename: str, baseline: Counter, planned: Pl
         if trial is not None and _confirmed(trial, filename, baseline, accepted + [item]):
             accepted.append(item)
             result.source = trial
+        elif trial is None:   # LibCST could not write the file back (its code generation
+            result.skipped.append((item[0], "LibCST cannot parse this file"))   # recurses)
         else:
             result.skipped.append((item[0], "re-lint did not confirm the fix; left as is"))
     result.fixed = [f for f, _ in accepted]
