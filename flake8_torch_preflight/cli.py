@@ -462,7 +462,8 @@ def _fix_python(path: str, data: bytes, settings: Settings):
     lines = source.splitlines(True)
     if not settings.disable_noqa and NoqaMap(lines).skip_file():
         return data, [], source, source, encoding
-    result = fix_source(source, path, keep_predicate(settings, path, lines))
+    # the predicate already applies `# noqa` (and --disable-noqa): not tokenized twice
+    result = fix_source(source, path, keep_predicate(settings, path, lines), noqa=False)
     if not result.changed:
         return data, [], source, source, encoding
     fixed = [(f"{f.line}:{f.col + 1}", f) for f in result.fixed]
@@ -490,7 +491,7 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
             place = notebook.place(finding.line)
             return keep(finding) and place is not None and place[0] not in broken
 
-        result = fix_source(notebook.module, path, keep_fixable)
+        result = fix_source(notebook.module, path, keep_fixable, noqa=False)   # keep has it
         if not result.changed:
             return data, [], "", "", "utf-8"
         new_text = rewrite_sources(notebook, split_fixed_module(notebook, result.source))

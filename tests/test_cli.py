@@ -246,6 +246,17 @@ def test_disable_noqa(project):
                      project)) == [(12, "TPF001")]
 
 
+def test_fix_honours_noqa_and_disable_noqa(project):
+    """`tpf fix` leaves a `# noqa` line alone, and with --disable-noqa fixes it (the noqa
+    decision is made once, by the same predicate as `check`)."""
+    source = TRAIN.format(comment="  # noqa")
+    (project / "train.py").write_text(source)
+    run(["fix", "--isolated", "train.py"], project)
+    assert (project / "train.py").read_text() == source
+    run(["fix", "--isolated", "--disable-noqa", "train.py"], project)
+    assert ".detach()" in (project / "train.py").read_text()
+
+
 # ---------------------------------------------------------------------------- jobs
 
 def test_jobs_two_equals_jobs_one():
