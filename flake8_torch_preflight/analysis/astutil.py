@@ -95,3 +95,15 @@ def nesting_depth(tree: ast.AST) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return deepest
+
+
+def is_self_attribute(node: Optional[ast.AST]) -> bool:
+    """`self.x` (one attribute of `self`)."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+        and node.value.id == "self"
+
+
+def assigns_self_attribute(stmt: ast.AST) -> bool:
+    """`self.x = ...` / `self.x: T = ...`: the statement stores an attribute of `self`."""
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    return any(is_self_attribute(target) for target in targets)

@@ -14,6 +14,7 @@ import builtins
 from typing import List
 
 from . import values as V
+from .astutil import assigns_self_attribute
 from .memo import per_file
 from .project import is_project_name, resolve_class
 from .questions import Does
@@ -119,7 +120,7 @@ def mode_free(analysis, cls, depth: int = 0) -> bool:
         return True
     facts = home.facts_for(init)
     if _fills_self_containers(init.node) or any(
-            call.unseen for call in facts.calls if _assigns_self(call.site.stmt)):
+            call.unseen for call in facts.calls if assigns_self_attribute(call.site.stmt)):
         return False
     return all(_mode_free_stored(home, facts, init, rhs, depth)
                for rhs in _stored_on_self(init.node))
@@ -266,9 +267,3 @@ def _on_self(node: ast.AST) -> bool:
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, ast.Name) and node.id == "self"
-
-
-def _assigns_self(stmt) -> bool:
-    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
-    return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
-               for t in targets if t is not None)

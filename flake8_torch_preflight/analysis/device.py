@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from . import torchapi as api
 from . import values as V
-from .astutil import dotted, keyword, target_texts
+from .astutil import dotted, is_self_attribute, keyword, target_texts
 from .events import CallSite, FunctionFacts
 from .memo import per_file
 from .questions import Does
@@ -210,17 +210,12 @@ def _slicing_dataset(cls) -> bool:
         elif isinstance(node, (ast.With, ast.For, ast.While, ast.Try, ast.Lambda)):
             return False
     subscripts = [n for n in ast.walk(body) if isinstance(n, ast.Subscript)]
-    return bool(subscripts) and all(_on_self_attr(n.value) for n in subscripts
+    return bool(subscripts) and all(is_self_attribute(n.value) for n in subscripts
                                     if isinstance(n.ctx, ast.Load) and _reads_stored(n))
 
 
 def _reads_stored(node: ast.Subscript) -> bool:
     return not isinstance(node.value, ast.Subscript)
-
-
-def _on_self_attr(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-        and node.value.id == "self"
 
 
 @per_file("tensor_datasets")

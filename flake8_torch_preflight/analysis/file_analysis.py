@@ -20,6 +20,7 @@ from .epochs import resolve_values
 from .events import FunctionFacts, LocalCall, Site
 from .flow import FlowAnalyzer, FunctionRef
 from .imports import ImportTable
+from .memo import per_file
 from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
 from .questions import Does
 from .values import Value, join
@@ -300,21 +301,16 @@ class FileAnalysis:
             self.memo("sites_by_loop")[(facts, what)] = index
         return index
 
+    @per_file("parameter_call_sites", guard=())   # recursion: assume no
     def parameter_call_sites(self, facts: FunctionFacts, what: Does) -> List[Site]:
         """Calls of a parameter (`loss_scaler(loss, optimizer)` in `train_one_epoch(...,
         loss_scaler)`) that do `what` because a caller in this file passes for it an object of
         a project class whose `__call__` does it, or a project function that does it. The
         callee stays unseen where no caller is in the file or what they pass is unknown."""
-        func = facts.func
-        if func is None:
+        if facts.func is None:
             return []
-        table = self.memo("parameter_call_sites")
-        key = (facts, what)
-        if key not in table:
-            table[key] = []   # recursion guard: assume no
-            table[key] = [call.site for call in facts.calls
-                          if call.unseen and self._passed_callee_does(facts, call, what)]
-        return table[key]
+        return [call.site for call in facts.calls
+                if call.unseen and self._passed_callee_does(facts, call, what)]
 
     def _passed_callee_does(self, facts: FunctionFacts, call, what: Does) -> bool:
         callee = call.node.func

@@ -77,7 +77,7 @@ from typing import Iterator
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
-from ..analysis.astutil import short
+from ..analysis.astutil import assigns_self_attribute, short
 from ..analysis.classes import module_like
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
@@ -192,13 +192,7 @@ def _parameter_free(analysis: FileAnalysis, cls, depth: int = 0) -> bool:
             return False
     # `self.conv = GCNConv(...)`: a class of a library we do not model may well hold
     # parameters; not proven parameter-free
-    return not any(call.unseen and _assigns_self_attribute(call.site.stmt) for call in facts.calls)
-
-
-def _assigns_self_attribute(stmt) -> bool:
-    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
-    return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
-               for t in targets if t is not None)
+    return not any(call.unseen and assigns_self_attribute(call.site.stmt) for call in facts.calls)
 
 
 def _model_api(analysis: FileAnalysis, func) -> bool:
