@@ -9,7 +9,7 @@ import ast
 import re
 import textwrap
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flake8_torch_preflight.analysis import FileAnalysis
@@ -227,8 +227,50 @@ def test_parentheses_silence_tpf016(source):
     assert not [f for f in _codes(fixed) if f.code == "TPF016"]
 
 
+# Found: a loss made under no_grad (so not known to be one), divided, then backwarded; the
+# graph that backward proves flowed round the micro-batch loop and read as an undivided loss.
+_PROVEN_GRAPH_ROUND_THE_LOOP = """import random
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+device = torch.device("cuda")
+model = nn.Linear(8, 2).cuda()
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+loader = DataLoader(dataset, batch_size=32)
+
+
+def evaluate(model, loader):
+    model.eval()
+    return [model(x) for x, _ in loader]
+
+
+def train(model, loader, optimizer):
+    losses = []
+    history = {}
+    seen = set()
+    total = 0
+    for i in range(0, 32, 8):
+        for epoch in range(3):
+            with torch.no_grad():
+                loss = F.binary_cross_entropy_with_logits(torch.sigmoid(out), y)
+            out = model(x)
+            out = model(x)
+            out = model(x)
+            model = DDP(model)
+        out = model(x)
+        loss.backward()
+    optimizer.step()
+"""
+
+
 @SETTINGS
 @given(programs())
+@example(_PROVEN_GRAPH_ROUND_THE_LOOP)
 def test_dividing_every_loss_silences_tpf004(source):
     fixed = re.sub(r"(?m)^(\s*)loss = (.*)$", r"\1loss = (\2) / accum", source)
     assert not [f for f in _codes(fixed) if f.code == "TPF004"]

@@ -40,6 +40,7 @@ LOG_SOFTMAX = "log_softmax"
 SIGMOID = "sigmoid"
 LOGITS = "logits"            # raw output of a model / linear layer
 DIVIDED = "divided"          # divided by something (gradient accumulation scaling)
+PROVEN_GRAPH = "proven_graph"  # known to carry a graph only because it was backwarded
 RECIPROCAL = "reciprocal"    # `1 / k`
 COUNTER_COND = "counter_cond"  # a test of the form `step % k == 0`
 MODULO = "modulo"            # `step % k`: a counter, when tested
@@ -169,6 +170,12 @@ class Value:
     # ------------------------------------------------------------------ changes
     def with_tags(self, *add: str, drop: FrozenSet[str] = frozenset()) -> "Value":
         return _replace(self, tags=(self.tags - drop) | frozenset(add))
+
+    def proven_by_backward(self, line: int) -> "Value":
+        """The same tensor after `backward()` at `line` succeeded on it: it carries a graph
+        (keyed by that line, since where it was made is not known)."""
+        return _replace(self, grad=True, graphs=union_graphs(self.graphs, frozenset({line})),
+                        tags=self.tags | {PROVEN_GRAPH})
 
     def with_containers(self, *keys: str) -> "Value":
         return _replace(self, containers=self.containers | frozenset(keys))

@@ -90,7 +90,7 @@ known not to normalise.
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Optional, Tuple
+from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
@@ -253,9 +253,10 @@ def _undivided_backwards(analysis, window: Window, deep: bool) -> List[Tuple[obj
     value may carry a loss and was never divided; helpers called per micro-step included;
     with `deep`, also losses made by code the analysis cannot read (see the docstring)."""
     out = []
+    proofs = _backward_lines(window.facts)
     for record in window.backwards:
         if isinstance(record, Backward):
-            if _undivided(record.value):
+            if _undivided(record.value, proofs):
                 out.append((record, f"line {record.site.line}"))
             elif deep and undivided_from_unread_code(analysis, window.facts,
                                                      backwarded_expr(record), loop=window.loop):
@@ -272,8 +273,20 @@ def _undivided_backwards(analysis, window: Window, deep: bool) -> List[Tuple[obj
     return out
 
 
-def _undivided(value: V.Value) -> bool:
-    return (value.grad or value.has(V.LOSS)) and not value.has(V.DIVIDED)
+def _undivided(value: V.Value, proofs: FrozenSet[int] = frozenset()) -> bool:
+    """A loss the window makes and never divides. A graph known only because an earlier
+    backward proved it (`PROVEN_GRAPH`, keyed by that backward's line in `proofs`) is no loss
+    made here: the value before that backward was not seen to be one, so whether it was
+    divided is unknown."""
+    if value.has(V.DIVIDED):
+        return False
+    proven_only = value.has(V.PROVEN_GRAPH) and value.graphs <= proofs
+    return value.has(V.LOSS) or (value.grad and not proven_only)
+
+
+def _backward_lines(facts) -> FrozenSet[int]:
+    """Lines of the function's backward calls: the keys of graphs a backward proved."""
+    return frozenset(record.site.node.lineno for record in facts.backwards)
 
 
 def _undivided_through(facts, call: LocalCall, value: V.Value) -> bool:

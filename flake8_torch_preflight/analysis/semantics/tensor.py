@@ -3,7 +3,6 @@ universal training calls (`backward`, `zero_grad`) that mean the same on any rec
 from __future__ import annotations
 
 import ast
-import dataclasses
 from typing import Optional
 
 from .. import torchapi as api
@@ -53,8 +52,7 @@ def _proven_by_backward(call: Call, receiver: Value, target: Optional[ast.expr] 
     target = call.receiver_node if target is None else target
     if receiver.grad or not receiver.has(V.TENSOR) or receiver.leaf or dotted(target) is None:
         return
-    call.flow.rebind(target, dataclasses.replace(receiver, grad=True, graphs=V.union_graphs(
-        receiver.graphs, frozenset({call.node.lineno}))))
+    call.flow.rebind(target, receiver.proven_by_backward(call.node.lineno))
 
 
 @method("zero_grad")
