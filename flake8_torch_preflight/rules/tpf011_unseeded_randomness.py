@@ -123,28 +123,30 @@ class UnseededRandomness(Rule):
             f"`{fit[1]}` at line {fit[0]}"
         seeds = file_seeds(analysis)
         draws = random_draws(analysis)
-        per_rank = _per_rank_advice(analysis)
-        if not seeds and unseen_setup_call(analysis) is None:
-            where = guard if guard is not None else loop
-            used = ", ".join(f"`{short(draws[g][1].node, 30)}` line {draws[g][1].site.line}"
-                             for g in (NUMPY, RANDOM, TORCH) if g in draws)
-            yield Finding(
-                where.lineno, where.col_offset, self.code, NOTE,
-                "no random generator is seeded: runs are not reproducible",
-                f"entry point with {trains}; no `torch.manual_seed`, `seed_everything` or "
-                f"`set_seed` anywhere in the file" + (f"; draws: {used}" if used else ""),
-                "seed every generator the script uses at startup (`torch.manual_seed(seed)`, "
-                "plus `random.seed`/`np.random.seed`), or call `lightning.seed_everything(seed)` "
-                "/ `transformers.set_seed(seed)`" + per_rank)
-            return
         if not seeds:
+            if unseen_setup_call(analysis) is None:
+                yield self._nothing_seeded(analysis, guard if guard is not None else loop,
+                                           trains, draws)
             return
-        parts = []
-        for g in (TORCH, TORCH_CUDA, NUMPY, RANDOM):
-            if g in seeds and not (g == TORCH_CUDA and TORCH in seeds):
-                _, text, where = seeds[g]
-                parts.append(f"{_NAMES[g]} (`{text}` {where})")
-        seeded = ", ".join(parts)
+        seeded = _seeded_text(seeds)
+        yield from self._unseeded_draws(seeds, draws, seeded, trains)
+        if TORCH not in seeds:
+            yield self._torch_unseeded(analysis, seeds, draws, seeded, trains)
+
+    def _nothing_seeded(self, analysis, where, trains: str, draws) -> Finding:
+        used = ", ".join(f"`{short(draws[g][1].node, 30)}` line {draws[g][1].site.line}"
+                         for g in (NUMPY, RANDOM, TORCH) if g in draws)
+        return Finding(
+            where.lineno, where.col_offset, self.code, NOTE,
+            "no random generator is seeded: runs are not reproducible",
+            f"entry point with {trains}; no `torch.manual_seed`, `seed_everything` or "
+            f"`set_seed` anywhere in the file" + (f"; draws: {used}" if used else ""),
+            "seed every generator the script uses at startup (`torch.manual_seed(seed)`, "
+            "plus `random.seed`/`np.random.seed`), or call `lightning.seed_everything(seed)` "
+            "/ `transformers.set_seed(seed)`" + _per_rank_advice(analysis))
+
+    def _unseeded_draws(self, seeds, draws, seeded: str, trains: str) -> Iterator[Finding]:
+        """NumPy or `random` drawn from while the script seeds other generators."""
         for gen in (NUMPY, RANDOM):
             if gen in draws and gen not in seeds:
                 facts, call = draws[gen]
@@ -153,23 +155,36 @@ class UnseededRandomness(Rule):
                                "never seeded",
                     f"the script seeds {seeded} but not {_NAMES[gen]}; {trains}",
                     f"add `{_FIX[gen]}` next to the other seeding", WARNING)
-        if TORCH not in seeds:
-            line, text, where = min(seeds.values())
-            named = f"`{text}`"
-            if where != f"line {line}":
-                named += f" ({where})"    # run at the import of another project file
-            if TORCH_CUDA in seeds:
-                what = (f"{named} seeds only CUDA: weight init and shuffling use torch's CPU "
-                        "generator, which stays unseeded")
-            else:
-                what = ("torch's generator (weight init, dropout, loader shuffling) is never "
-                        f"seeded, though {named} seeds another one")
-            draw = draws.get(TORCH)
-            extra = f"; torch draws at line {draw[1].site.line}" if draw else ""
-            yield Finding(
-                line, _col(analysis, line), self.code, WARNING, what,
-                f"the script seeds {seeded} and trains ({trains}){extra}",
-                "add `torch.manual_seed(seed)` (it seeds CPU and every CUDA device)" + per_rank)
+
+    def _torch_unseeded(self, analysis, seeds, draws, seeded: str, trains: str) -> Finding:
+        """Other generators are seeded, torch's CPU generator is not."""
+        line, text, where = min(seeds.values())
+        named = f"`{text}`"
+        if where != f"line {line}":
+            named += f" ({where})"    # run at the import of another project file
+        if TORCH_CUDA in seeds:
+            what = (f"{named} seeds only CUDA: weight init and shuffling use torch's CPU "
+                    "generator, which stays unseeded")
+        else:
+            what = ("torch's generator (weight init, dropout, loader shuffling) is never "
+                    f"seeded, though {named} seeds another one")
+        draw = draws.get(TORCH)
+        extra = f"; torch draws at line {draw[1].site.line}" if draw else ""
+        return Finding(
+            line, _col(analysis, line), self.code, WARNING, what,
+            f"the script seeds {seeded} and trains ({trains}){extra}",
+            "add `torch.manual_seed(seed)` (it seeds CPU and every CUDA device)"
+            + _per_rank_advice(analysis))
+
+
+def _seeded_text(seeds) -> str:
+    """`torch's generator (`torch.manual_seed(0)` line 3), ...` for the evidence."""
+    parts = []
+    for g in (TORCH, TORCH_CUDA, NUMPY, RANDOM):
+        if g in seeds and not (g == TORCH_CUDA and TORCH in seeds):
+            _, text, where = seeds[g]
+            parts.append(f"{_NAMES[g]} (`{text}` {where})")
+    return ", ".join(parts)
 
 
 def _per_rank_advice(analysis) -> str:
