@@ -153,6 +153,22 @@ def _number(settings: Dict[str, Value], key: str, default: int, notes: List[str]
     return max(0, value)
 
 
+def _flag(settings: Dict[str, Value], key: str, default: bool) -> bool:
+    raw = setting(settings, key, default)
+    if isinstance(raw, str):
+        return raw.strip().lower() in ("on", "true", "yes", "1")
+    return bool(raw)
+
+
+def _fraction(settings: Dict[str, Value], key: str) -> float:
+    """A probability setting (``lora_dropout``) in [0, 1); anything else is 0."""
+    try:
+        value = float(setting(settings, key, 0.0) or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if 0.0 <= value < 1.0 else 0.0
+
+
 def _model(settings: Dict[str, Value]) -> Tuple[db.Model, bool]:
     ref = setting(settings, "model")
     if ref:
@@ -189,6 +205,13 @@ def setup(settings: Dict[str, Value]) -> Setup:
         foreach=setting(settings, "optimizer_foreach", True) not in (False, "off", "false"),
         grads_persist=_number(settings, "grad_accum", 1, notes) > 1
         or setting(settings, "set_to_none", True) in (False, "off", "false"),
+        lora_dropout=_fraction(settings, "lora_dropout"),
+        lora_impl=str(setting(settings, "lora_impl", "peft") or "peft"),
+        bnb_saves_input=_flag(settings, "bnb_saves_input", False),
+        loss=str(setting(settings, "loss", "hf") or "hf"),
+        optimizer_in_bwd=_flag(settings, "optimizer_in_bwd", False) and train,
+        grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),
+        no_sync=_flag(settings, "no_sync", True),
         guessed=frozenset(k for k in _GUESSABLE if is_default(settings, k)),
         notes=notes,
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 from . import db
-from .activations import Acts, Shape, coefficients, precision_class
+from .activations import Acts, Adapters, Shape, coefficients, precision_class
 
 GIB = 1024**3
 
@@ -63,6 +63,13 @@ class Setup:
     context_tokens: int
     foreach: bool = True  # torch's default multi-tensor optimizer step (fused / per-tensor: False)
     grads_persist: bool = False  # gradient accumulation, or zero_grad(set_to_none=False) (torch 1.x)
+    lora_dropout: float = 0.0  # LoraConfig(lora_dropout=): a mask and a dropped copy per adapted input
+    lora_impl: str = "peft"  # peft (fp32 adapters over half weights), torchtune, litgpt (model dtype)
+    bnb_saves_input: bool = False  # bitsandbytes < 0.43.2: a 4-bit linear keeps its input (ctx.tensors)
+    loss: str = "hf"  # the loss layout: hf (fp32 upcast), torchtune-chunked, litgpt-chunked (LOSS_LAYOUTS)
+    optimizer_in_bwd: bool = False  # torchtune: each parameter steps (and frees its grad) in backward
+    grad_accum: int = 1  # micro-batches per optimizer step
+    no_sync: bool = True  # accumulation without gradient sync (DDP/FSDP no_sync(), Fabric's default)
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
 
@@ -137,6 +144,26 @@ class Setup:
             return 0
         return self.lora_params if self.lora else self.model.breakdown.total
 
+    def adapters(self) -> Adapters:
+        """The adapted and frozen block linears of a LoRA run, and how the library runs them."""
+        if not (self.lora and self.train):
+            return Adapters()
+        chosen = self.chosen_lora()
+        names = {t.name for t in chosen}
+        frozen = [t for t in self.model.breakdown.lora_targets if t.name not in names]
+        # bitsandbytes' 8-bit matmul keeps its input on ctx whenever it needs a grad; the 4-bit
+        # one did too before 0.43.2 (bitsandbytes/autograd/_functions.py, MatMul8bitLt.forward /
+        # MatMul4Bit.forward: ``ctx.tensors = (CAt, subA, A)`` / ``(A, B)``, now ``(None, B)``)
+        keeps = self.precision == "int8" or (self.precision == "nf4" and self.bnb_saves_input)
+        return Adapters(
+            adapted=tuple((t.fan_in, t.role) for t in chosen),
+            frozen=tuple((t.fan_in, t.role) for t in frozen),
+            rank=self.lora,
+            dropout=float(self.lora_dropout or 0.0),
+            impl=self.lora_impl,
+            quant_keeps_input=keeps,
+        )
+
     def shape(self) -> Shape:
         frozen_roles: FrozenSet[str] = frozenset()
         if self.lora:
@@ -161,6 +188,7 @@ class Setup:
             frozen=bool(self.lora) and self.train,
             per_image=per_image if measured_cnn else 0.0,
             params=self.model.breakdown.total,
+            adapters=self.adapters() if self.model.kind in ("decoder", "encoder", "vit", "dit") else None,
         )
 
 
