@@ -92,7 +92,8 @@ CPU_MASK_BYTES = 0  # on the CPU dropout keeps its noise in the input's dtype (0
 def runtime_model(size_cfg, family="llama"):
     """The estimator's model for a calibration/runtime.json size (mirrors measure_runtime.py)."""
     c = size_cfg
-    cfg = dict(hidden=c["h"], layers=c["layers"], heads=c["heads"], kv_heads=c["kv"], ff=c["ff"], vocab=c["vocab"])
+    cfg = dict(hidden=c["h"], layers=c["layers"], heads=c["heads"], kv_heads=c["kv"], ff=c["ff"])
+    cfg["vocab"] = c["vocab"]
     cfg["tied"] = family == "gemma2"
     if family == "gemma2":
         cfg.update(norms_per_layer=4, head_dim=c["h"] // c["heads"], attn_softcap=50.0, logit_softcap=30.0)

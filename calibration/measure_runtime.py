@@ -52,7 +52,10 @@ SIZES = {
     "small": dict(h=128, ff=352, heads=4, kv=2, layers=2, vocab=1024, seq=64, batch=2),
     "wide": dict(h=256, ff=688, heads=8, kv=4, layers=3, vocab=2048, seq=96, batch=1),
 }
-LORA_SETS = {"qv": ["q_proj", "v_proj"], "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LORA_SETS = {
+    "qv": ["q_proj", "v_proj"],
+    "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
 
 
 def _param_storages(model):
@@ -140,7 +143,9 @@ def build(size, precision, quant=None, family="llama", attention="sdpa"):
                 bnb_4bit_use_double_quant=True,
                 bnb_4bit_compute_dtype=torch.bfloat16,
             )
-            return cls.from_pretrained(tmp, quantization_config=q, torch_dtype=torch.bfloat16, device_map="cpu")
+            return cls.from_pretrained(
+                tmp, quantization_config=q, torch_dtype=torch.bfloat16, device_map="cpu"
+            )
     model = cls(cfg)
     return model.to(torch.bfloat16) if precision == "bf16" else model
 
@@ -159,7 +164,9 @@ def batch(size):
     return ids
 
 
-def measure_model(size, precision, lora=None, dropout=0.0, quant=None, ckpt=False, family="llama", attention="sdpa"):
+def measure_model(
+    size, precision, lora=None, dropout=0.0, quant=None, ckpt=False, family="llama", attention="sdpa"
+):
     """Saved bytes of the decoder stack (``model.model``: no head, no loss) and of the whole
     ``ForCausalLM`` forward with labels (stack + head input + loss)."""
     model = build(size, precision, quant, family, attention)
@@ -212,7 +219,8 @@ def measure_losses(size, precision):
     holder = torch.nn.Module()
     holder.head = head
     out = {}
-    for name, fn in (("hf", hf), ("torchtune-chunked", torchtune_chunked), ("litgpt-chunked", litgpt_chunked)):
+    layouts = (("hf", hf), ("torchtune-chunked", torchtune_chunked), ("litgpt-chunked", litgpt_chunked))
+    for name, fn in layouts:
         inputs, _ = saved_bytes(holder, lambda: head(hidden), autocast)  # the head's own input
         total, _ = saved_bytes(holder, fn, autocast)
         out[name] = total - inputs
@@ -249,7 +257,8 @@ def rows():
                     cases.append(dict(family="gemma2", attention=attention))
             for case in cases:
                 stack, whole = measure_model(size, precision, **case)
-                out.append(dict(kind="model", size=size, precision=precision, **case, stack=stack, whole=whole))
+                row = dict(kind="model", size=size, precision=precision, **case, stack=stack, whole=whole)
+                out.append(row)
                 print(out[-1], file=sys.stderr)
             for loss, saved in measure_losses(size, precision).items():
                 out.append(dict(kind="loss", size=size, precision=precision, loss=loss, saved=saved))

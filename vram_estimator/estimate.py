@@ -212,6 +212,7 @@ def setup(settings: Dict[str, Value]) -> Setup:
         optimizer_in_bwd=_flag(settings, "optimizer_in_bwd", False) and train,
         grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),
         no_sync=_flag(settings, "no_sync", True),
+        fsdp_units=str(setting(settings, "fsdp_units", "separate") or "separate"),
         guessed=frozenset(k for k in _GUESSABLE if is_default(settings, k)),
         notes=notes,
     )
@@ -279,8 +280,10 @@ def phases(s: Setup, figures: Optional[Dict[str, Any]] = None) -> Dict[str, List
         _early_gradients(s),
         T.backward_block(s, acts),
         T.dequant_buffer(s),
+        T.unsharded_root(s),
+        T.frozen_gradients(s) if s.grad_accum > 1 else None,  # kept from the earlier micro-batches
     ]
-    step = static + [T.gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s)]
+    step = static + [T.gradients(s), T.frozen_gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s)]
     return {BACKWARD: [t for t in backward if t is not None], STEP: [t for t in step if t is not None]}
 
 
