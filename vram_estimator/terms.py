@@ -29,6 +29,7 @@ class Term:
     note: str = ""
     dynamic: bool = False  # allocated and freed every step: what the allocator fragments
     allocator: bool = False  # reserved by the caching allocator, not allocated to a tensor
+    managed: bool = False  # CUDA managed memory outside torch's allocator (paged optimizer states)
 
     def scaled(self, lo: float, hi: float) -> "Term":
         return replace(self, lower=self.lower * lo, upper=self.upper * hi)
@@ -354,7 +355,12 @@ def optimizer_state(s: Setup) -> Optional[Term]:
     if s.optimizer.startswith("paged"):
         lower = 0.0  # paged states can be evicted to host memory under pressure
     spread = 1.0 if s.exact else 1.1
-    return Term("optimizer state", o * lower / spread, o, o * spread, s.optimizer)
+    # bitsandbytes' paged optimizers allocate their states with cudaMallocManaged
+    # (bitsandbytes/functional.py, ``get_paged`` / GlobalPageManager): on the device while resident,
+    # but outside torch's caching allocator, so max_memory_allocated/reserved never see them
+    paged = s.optimizer.startswith("paged")
+    note = s.optimizer + (" (managed memory, outside torch's allocator)" if paged else "")
+    return Term("optimizer state", o * lower / spread, o, o * spread, note, managed=paged)
 
 
 def master_copy(s: Setup) -> Optional[Term]:
