@@ -194,3 +194,20 @@ def test_paged_optimizer_states_are_outside_torchs_allocator():
     state = e.term("optimizer state").point
     assert e.point - e.reserved()[1] == pytest.approx(state)
     assert e.point - e.allocated()[1] >= state
+
+
+def test_an_untied_head_as_litgpt_builds_it_adds_a_vocab_matrix():
+    tied = _setup(model="llama-3.2-1b", precision="bf16", mode="train")
+    untied = _setup(model="llama-3.2-1b", precision="bf16", mode="train", head="untied")
+    assert untied.model.breakdown.total - tied.model.breakdown.total == 128256 * 2048
+    assert T.weights(untied).point - T.weights(tied).point == 2.0 * 128256 * 2048
+    same = _setup(model="llama-2-7b", precision="bf16", mode="train", head="untied")
+    assert same.model.breakdown.total == 6738415616  # already untied: unchanged
+
+
+def test_zero3_keeps_its_gradient_bucket_on_one_gpu():
+    base = dict(model="llama-2-7b", precision="bf16", mode="train", sharding="zero3", world=1)
+    assert T.sharding_buffers(_setup(**base)).point == 2.0 * 5e8
+    assert T.sharding_buffers(_setup(reduce_bucket_size="auto", **base)).point == 2.0 * 4096 * 4096
+    assert T.sharding_buffers(_setup(**dict(base, sharding="zero2"))) is None
+    assert T.sharding_buffers(_setup(**dict(base, sharding="none"))) is None

@@ -184,8 +184,42 @@ def _fraction(settings: Dict[str, Value], key: str) -> float:
 def _model(settings: Dict[str, Value]) -> Tuple[db.Model, bool]:
     ref = setting(settings, "model")
     if ref:
-        return db.spec(ref), True
+        return _with_head(db.spec(ref), setting(settings, "head")), True
     return db.generic_decoder(int(setting(settings, "params", 1) or 1)), False
+
+
+def _with_head(model: db.Model, head: Any) -> db.Model:
+    """The model with its LM head tied or untied as the implementation builds it (``head``): litgpt
+    builds its own ``lm_head`` and copies a tied checkpoint's embedding into it
+    (``litgpt/scripts/convert_hf_checkpoint.py``), so a tied Hugging Face model trains there with
+    two vocab-sized matrices.  Only families whose formula reads ``tied`` change."""
+    reads_tied = "tied" in model.config or model.family.style == "decoder_gated"
+    if head not in ("tied", "untied") or not reads_tied:
+        return model
+    tied = head == "tied"
+    if bool(model.config.get("tied")) == tied:
+        return model
+    return db.Model(
+        key=model.key,
+        family=model.family,
+        config=dict(model.config, tied=tied),
+        aliases=model.aliases,
+        max_positions=model.max_positions,
+        source=model.source,
+    )
+
+
+def _bucket(settings: Dict[str, Value], model: db.Model) -> float:
+    """DeepSpeed's ``reduce_bucket_size``: a number, ``auto`` (what the HF integration sets:
+    hidden x hidden), or DeepSpeed's default 5e8."""
+    raw = setting(settings, "reduce_bucket_size", 5e8)
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return float((model.dims.hidden or 1024) ** 2)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return 5e8
+    return value if 0 < value < 1e12 else 5e8
 
 
 def setup(settings: Dict[str, Value]) -> Setup:
@@ -225,6 +259,7 @@ def setup(settings: Dict[str, Value]) -> Setup:
         grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),
         no_sync=_flag(settings, "no_sync", True),
         fsdp_units=str(setting(settings, "fsdp_units", "separate") or "separate"),
+        reduce_bucket_size=_bucket(settings, model),
         guessed=frozenset(k for k in _GUESSABLE if is_default(settings, k)),
         notes=notes,
     )

@@ -72,6 +72,7 @@ class Setup:
     optimizer_in_bwd: bool = False  # torchtune: each parameter steps (and frees its grad) in backward
     grad_accum: int = 1  # micro-batches per optimizer step
     no_sync: bool = True  # accumulation without gradient sync (DDP/FSDP no_sync(), Fabric's default)
+    reduce_bucket_size: float = 5e8  # DeepSpeed zero_optimization.reduce_bucket_size (HF "auto": h*h)
     fsdp_units: str = "separate"  # FSDP1 + LoRA: "separate" (PEFT's fsdp_auto_wrap_policy wraps the
     # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
@@ -428,8 +429,18 @@ def runtime_buffers(s: Setup, gpu_figures: Dict[str, Any]) -> Term:
 
 
 def sharding_buffers(s: Setup) -> Optional[Term]:
-    if not s.train or s.world <= 1:
+    """DDP's bucket copy of the gradients; ZeRO's reduce/all-gather buckets.  ZeRO-3 allocates its
+    contiguous-gradient bucket (``reduce_bucket_size`` elements per gradient dtype) when the
+    optimizer is built, on one GPU too (deepspeed/runtime/zero/stage3.py,
+    ``DeepSpeedZeroOptimizer_Stage3.__init__``: ``bucket.buffer = torch.empty(self.reduce_bucket_size,
+    ...)`` under ``contiguous_gradients``, the default)."""
+    if not s.train:
         return None
+    if s.world <= 1:
+        if s.sharding != "zero3" or not s.trainable:
+            return None
+        buf = _gradient_bytes(s) * min(float(s.trainable), s.reduce_bucket_size)
+        return exact("zero buffers", buf, f"contiguous-gradient bucket ({s.reduce_bucket_size:.0e} elements)")
     g = _gradient_bytes(s) * s.trainable
     if s.sharding == "ddp":
         return Term("ddp buckets", 0.0, g, g, "gradient bucket copy (gradient_as_bucket_view=False)")
