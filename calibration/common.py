@@ -96,7 +96,7 @@ def runtime_model(size_cfg, family="llama"):
     cfg["vocab"] = c["vocab"]
     cfg["tied"] = family == "gemma2"
     if family == "gemma2":
-        cfg.update(norms_per_layer=4, head_dim=c["h"] // c["heads"], attn_softcap=50.0, logit_softcap=30.0)
+        cfg.update(norms_per_layer=4, head_dim=c["h"] // c["heads"])
     return db.Model(key="calibration", family=family_entry(family), config=cfg)
 
 

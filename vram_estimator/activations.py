@@ -214,10 +214,29 @@ def _gqa_correction(shape: Shape) -> float:
     return 2.0 * shape.linear_input_bytes * (shape.dims.kv_dim - ratio * shape.dims.q_dim)
 
 
+# bytes per hidden element one RMSNorm keeps with half weights: Llama's (``LlamaRMSNorm``: the
+# fp32 input copy and the half normalised input of the weight multiply) and Gemma's
+# (``Gemma2RMSNorm``: ``_norm(x.float()) * (1.0 + weight.float())`` keeps the fp32 normalised output
+# instead).  The gated-decoder coefficients were fitted on Llama's two norms per block.
+NORM_BYTES_HALF = {"llama": 6.0, "gemma": 8.0}
+
+
+def _norm_correction(shape: Shape) -> float:
+    """Per token per block: norms beyond the fitted two, and Gemma's heavier norm, with half
+    weights (measured on Gemma 2 in calibration/runtime.json: the rest of its gap is open)."""
+    norms = shape.config.get("norms_per_layer", 2)
+    style = "gemma" if "gemma-norm" in shape.capabilities else "llama"
+    if shape.style != "decoder_gated" or (norms == 2 and style == "llama") or shape.pc != "half":
+        return 0.0
+    heavier = NORM_BYTES_HALF[style] - NORM_BYTES_HALF["llama"]
+    return ((norms - 2) * NORM_BYTES_HALF["llama"] + norms * heavier) * shape.dims.hidden
+
+
 def layer_bytes(co: Dict[str, float], shape: Shape, s: int) -> float:
-    """Saved bytes per token for one fully trainable block, corrected for kernel and KV heads."""
+    """Saved bytes per token for one fully trainable block, corrected for kernel, KV heads and
+    the family's norms."""
     d = shape.dims
-    per = co["h"] * d.hidden + co["ff"] * d.ff + co.get("q", 0.0) * d.q_dim
+    per = co["h"] * d.hidden + co["ff"] * d.ff + co.get("q", 0.0) * d.q_dim + _norm_correction(shape)
     if KERNEL_KEEPS_SCORES.get(shape.attention, False):
         per += co["s"] * d.heads * s + co.get("eq", 0.0) * d.q_dim
     else:
