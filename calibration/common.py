@@ -78,3 +78,51 @@ def refresh_rows(path=os.path.join(ROOT, "calibration", "activations.json")):
 if __name__ == "__main__":
     rows = refresh_rows()
     print(f"{len(rows)} rows re-estimated; worst |error| {max(abs(r['error_pct']) for r in rows):.2f} %")
+
+
+# --------------------------------------------------------------------------- runtime rows
+
+LORA_SETS = {
+    "qv": ("q_proj", "v_proj"),
+    "all": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+CPU_MASK_BYTES = 0  # on the CPU dropout keeps its noise in the input's dtype (0: that dtype)
+
+
+def runtime_model(size_cfg, family="llama"):
+    """The estimator's model for a calibration/runtime.json size (mirrors measure_runtime.py)."""
+    c = size_cfg
+    cfg = dict(hidden=c["h"], layers=c["layers"], heads=c["heads"], kv_heads=c["kv"], ff=c["ff"])
+    cfg["vocab"] = c["vocab"]
+    cfg["tied"] = family == "gemma2"
+    if family == "gemma2":
+        cfg.update(norms_per_layer=4, head_dim=c["h"] // c["heads"])
+    return db.Model(key="calibration", family=family_entry(family), config=cfg)
+
+
+def runtime_setup(row, size_cfg):
+    """The estimator's Setup for a measured runtime row (torch-free)."""
+    from vram_estimator.config_comments import Value
+
+    given = dict(
+        model=runtime_model(size_cfg, row.get("family", "llama")),
+        batch=size_cfg["batch"],
+        seq=size_cfg["seq"],
+        precision="nf4" if row.get("quant") else row["precision"],
+        attention=row.get("attention", "sdpa"),
+        checkpointing="on" if row.get("ckpt") else "off",
+        mode="train",
+    )
+    if row.get("lora"):
+        given.update(lora=8, lora_targets=LORA_SETS[row["lora"]], lora_dropout=row.get("dropout", 0.0))
+    return E.setup({k: Value(v, "calibration") for k, v in given.items()})
+
+
+def runtime_stack_estimate(row, size_cfg):
+    """The activation term of the decoder stack for a runtime row, with the CPU's dropout mask."""
+    from dataclasses import replace
+
+    s = runtime_setup(row, size_cfg)
+    shape = s.shape()
+    shape = replace(shape, adapters=replace(shape.adapters, mask_bytes=CPU_MASK_BYTES))
+    return A.ACTIVATION_MODELS["decoder"](shape).stored

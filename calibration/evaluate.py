@@ -73,11 +73,12 @@ def projection(run: Dict[str, Any], est) -> Tuple[float, float, float]:
     estimate plus the CUDA context), or, where the source does not say what it read, the point
     of the assumed kind between the allocated lower end and the device upper end."""
     allocated = tuple(x / MIB for x in est.allocated())
-    reserved = (est.lower / MIB, est.point / MIB, est.upper / MIB)
+    reserved = tuple(x / MIB for x in est.reserved())
+    managed = tuple((a - b) / MIB for a, b in zip((est.lower, est.point, est.upper), est.reserved()))
     lo, pt, hi = (est.context_range[0] / MIB, est.context / MIB, est.context_range[1] / MIB)
     if "context_mib" in run:  # the source measured its own context
         lo = pt = hi = run["context_mib"]
-    device = (reserved[0] + lo, reserved[1] + pt, reserved[2] + hi)
+    device = (reserved[0] + lo + managed[0], reserved[1] + pt + managed[1], reserved[2] + hi + managed[2])
     quantity = run["quantity"]
     if quantity in UNSURE:
         point = device[1] if quantity in DEVICE else reserved[1]
@@ -188,6 +189,58 @@ def fit_fragmentation(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     return best[1]
 
 
+def leave_one_source_out() -> Dict[str, Dict[str, Any]]:
+    """Accuracy per source with that source out of the fit: each fit-side source is evaluated
+    with the allocator figures refitted on the other fit-side sources alone; each held-out
+    source with the figures fitted on every fit-side source (it is never fitted on).  The
+    activation coefficients are fitted on CPU measurements, not on published peaks, so no source
+    enters them.  ``data/gpus.json`` is restored afterwards."""
+    path = os.path.join(ROOT, "vram_estimator", "data", "gpus.json")
+    with open(path, encoding="utf-8") as handle:
+        original = handle.read()
+    fit_runs = load("published_fit.json")["runs"]
+    out: Dict[str, Dict[str, Any]] = {}
+    try:
+        for source in sorted({r["source"] for r in fit_runs}):
+            figures = fit_fragmentation([r for r in fit_runs if r["source"] != source])
+            part = summary(compare([r for r in fit_runs if r["source"] == source]))
+            out[source] = dict(part, side="fit (left out)", fitted=figures)
+            _restore(path, original)
+        fitted = fit_fragmentation(fit_runs)
+        for source, part in by_source(compare(load("published_heldout.json")["runs"])).items():
+            out[source] = dict(part, side="held out", fitted=fitted)
+    finally:
+        _restore(path, original)
+    return out
+
+
+def _restore(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    db._load.cache_clear()
+
+
+def loso_markdown(table: Dict[str, Dict[str, Any]]) -> str:
+    rows = [
+        "| source | side | runs | MAE | mean signed | inside |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for source, part in table.items():
+        rows.append(
+            f"| {source} | {part['side']} | {part['runs']} | {part['mae_pct']:.1f} % | "
+            f"{part['mean_error_pct']:+.1f} % | {part['coverage'] * 100:.0f} % |"
+        )
+    n = sum(p["runs"] for p in table.values())
+    mae = sum(p["mae_pct"] * p["runs"] for p in table.values()) / n
+    cov = sum(p["coverage"] * p["runs"] for p in table.values()) / n
+    per_source = sum(p["mae_pct"] for p in table.values()) / len(table)
+    rows.append(
+        f"\nEvery source out of the fit: {n} runs, MAE {mae:.1f} % (mean over sources {per_source:.1f} %), "
+        f"inside the interval {cov * 100:.0f} %."
+    )
+    return "\n".join(rows)
+
+
 def _write(path: str, doc: Dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(doc, handle, indent=1)
@@ -246,7 +299,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="refit the default fragmentation on the fit set")
     parser.add_argument("--docs", action="store_true", help="rewrite the generated block in docs/vram.md")
+    parser.add_argument("--loso", action="store_true", help="leave-one-source-out accuracy per source")
     args = parser.parse_args()
+    if args.loso:
+        table = leave_one_source_out()
+        print(loso_markdown(table))
+        with open(os.path.join(HERE, "loso.json"), "w", encoding="utf-8") as handle:
+            json.dump(table, handle, indent=1)
+        return
     if args.fit:
         print("fitted default fragmentation:", fit_fragmentation(load("published_fit.json")["runs"]))
     report = evaluate()

@@ -78,6 +78,7 @@ FIT_SOURCES = {
     "torchtune-qlora-tutorial",
     "peft-accelerate-sft",
     "qwen25-speed-benchmark",
+    "torchtune-readme",
 }
 HELD_OUT_SOURCES = {"qwen-readme-profiling", "hf-optimize-llm", "qwen3-speed-benchmark"}
 

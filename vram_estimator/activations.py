@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Dict, FrozenSet, Optional
 
-from .registry import DOWN, OUT, QKV, UP, Dims
+from .registry import DOWN, OUT, QKV, UP, Dims  # noqa: F401
 
 # attention setting -> does the kernel keep the (batch, heads, s, s) probabilities for backward?
 KERNEL_KEEPS_SCORES = {"eager": True, "math": True, "sdpa": False, "flash": False}
@@ -79,6 +79,11 @@ class Shape:
     frozen: bool = False  # base weights (norms, head) frozen: a LoRA run
     per_image: float = 0.0  # CNNs: measured bytes per image at 224 px (0: per-parameter default)
     params: int = 0
+    adapters: "Adapters" = None  # LoRA runs: what is adapted and how (None: the role table alone)
+
+    def __post_init__(self):
+        if self.adapters is None:
+            object.__setattr__(self, "adapters", Adapters())
 
     @property
     def pc(self) -> str:
@@ -96,13 +101,106 @@ class Shape:
 
 _ROLE_WIDTH = {QKV: "hidden", OUT: "q_dim", UP: "hidden", DOWN: "ff"}
 
+# LoRA implementations: the dtype their adapters are kept in, relative to the base weights.
+# PEFT (``peft.tuners.lora.layer.Linear.forward``) keeps adapters in fp32 over bf16/fp16 base
+# weights (``autocast_adapter_dtype=True``) and casts each adapted linear's input to it
+# (``_cast_input_dtype``): every adapted linear keeps its own fp32 copy of its input.  torchtune
+# (``torchtune.modules.peft.LoRALinear.forward``) and litgpt (``litgpt.lora.LoRALinear.forward``)
+# keep adapters in the model's dtype and apply them to the input as it is.
+LORA_ADAPTER_FP32 = {"peft": True, "torchtune": False, "litgpt": False}
+# bytes per element of the dropout mask on CUDA: ``native_dropout`` keeps a bool mask
+# (aten/src/ATen/native/cuda/Dropout.cu); on the CPU dropout is ``input * noise`` and keeps the
+# noise in the input's dtype (what calibration/runtime.json measured)
+DROPOUT_MASK_BYTES = 1
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """What a LoRA run adapts and how its implementation runs the adapters."""
+
+    adapted: tuple = ()  # (fan_in, role) of each adapted block linear
+    frozen: tuple = ()  # (fan_in, role) of each block linear without an adapter
+    rank: int = 0
+    dropout: float = 0.0
+    impl: str = "peft"
+    quant_keeps_input: bool = False  # frozen quantised linears keep their input for backward
+    mask_bytes: int = DROPOUT_MASK_BYTES
+
+
+def _adapter_cast(shape: "Shape") -> bool:
+    """Does the adapter branch copy its input to another dtype (PEFT's fp32 adapters over half
+    weights)?  Under autocast the input is already fp32 like the adapters."""
+    return shape.pc == "half" and LORA_ADAPTER_FP32.get(shape.adapters.impl, True)
+
+
+def _adapter_input_bytes(shape: "Shape") -> int:
+    """The dtype of what the adapter branch receives: fp32 under PEFT's cast, fp32 under autocast
+    (fp32 residual stream), else the model's."""
+    return 4 if (_adapter_cast(shape) or shape.pc != "half") else 2
+
+
+def _role_inputs_saving(shape: "Shape") -> float:
+    """Linear inputs not kept because their weights are frozen.  Under autocast each linear keeps
+    its own half copy of its input (autocast casts activations per call), so each frozen linear
+    saves its copy; otherwise the linears of a role share one input, kept while any linear of the
+    role keeps it: an adapter that reads it as it is, or a quantised base layer that keeps it."""
+    ad, d = shape.adapters, shape.dims
+    if shape.pc == "mixed":
+        return 0.0 if ad.quant_keeps_input else sum(2.0 * fan_in for fan_in, _ in ad.frozen)
+    saving = 0.0
+    cast = _adapter_cast(shape)
+    for role, width in _ROLE_WIDTH.items():
+        adapted = any(r == role for _, r in ad.adapted)
+        frozen = any(r == role for _, r in ad.frozen)
+        reads_as_is = adapted and not cast and ad.dropout <= 0  # lora_A keeps the shared input
+        kept = reads_as_is or (frozen and ad.quant_keeps_input)
+        if (adapted or frozen) and not kept:
+            saving += getattr(d, width) * shape.linear_input_bytes
+    return saving
+
+
+def adapter_bytes(shape: "Shape") -> float:
+    """Bytes per token per block the adapter branches keep beyond the base model's inputs: PEFT's
+    fp32 input copy of each adapted linear, the adapter's rank-wide intermediate (the input of
+    ``lora_B``), and with ``lora_dropout > 0`` the dropped copy where it is a new tensor.  The
+    dropout mask is :func:`dropout_mask_bytes` (it exists only where the input needs a grad)."""
+    ad = shape.adapters
+    if not ad.adapted:
+        return 0.0
+    fan_ins = sum(fan_in for fan_in, _ in ad.adapted)
+    in_bytes = _adapter_input_bytes(shape)
+    extra = (4.0 if _adapter_cast(shape) else 0.0) * fan_ins
+    extra += ad.rank * (4 if in_bytes == 4 and shape.pc != "mixed" else 2) * len(ad.adapted)
+    if ad.dropout > 0 and not _adapter_cast(shape) and shape.pc != "mixed":
+        extra += in_bytes * fan_ins  # the dropped copy, which lora_A keeps instead of a shared input
+    return extra
+
+
+_ROLE_ORDER = (QKV, OUT, UP, DOWN)  # the order a block runs its linears in
+
+
+def dropout_mask_bytes(shape: "Shape", first_block: bool = False) -> float:
+    """Per token per block: the dropout mask of each adapted linear's input (``lora_dropout``).
+    Dropout keeps a mask only where its input needs a gradient: in the first block of a LoRA run
+    only behind the first adapted role (nothing before it trains)."""
+    ad = shape.adapters
+    if ad.dropout <= 0 or not ad.adapted:
+        return 0.0
+    mask = ad.mask_bytes if ad.mask_bytes else _adapter_input_bytes(shape)
+    first = min(_ROLE_ORDER.index(r) for _, r in ad.adapted) if first_block else -1
+    return mask * sum(fan_in for fan_in, r in ad.adapted if _ROLE_ORDER.index(r) > first)
+
 
 def frozen_saving(shape: Shape) -> float:
-    """Bytes per token per block not kept because weights are frozen (see the module doc)."""
+    """Bytes per token per block not kept because weights are frozen, less what the adapters
+    keep (see the module doc and :func:`adapter_bytes`)."""
     if not shape.frozen:
         return 0.0
     d = shape.dims
-    saving = sum(getattr(d, _ROLE_WIDTH[r]) for r in shape.frozen_roles) * shape.linear_input_bytes
+    if shape.adapters.adapted or shape.adapters.frozen:
+        saving = _role_inputs_saving(shape) - adapter_bytes(shape)
+    else:
+        saving = sum(getattr(d, _ROLE_WIDTH[r]) for r in shape.frozen_roles) * shape.linear_input_bytes
     if "rmsnorm" in shape.capabilities:
         saving += shape.config.get("norms_per_layer", 2) * d.hidden * shape.norm_bytes
     return saving
@@ -116,10 +214,29 @@ def _gqa_correction(shape: Shape) -> float:
     return 2.0 * shape.linear_input_bytes * (shape.dims.kv_dim - ratio * shape.dims.q_dim)
 
 
+# bytes per hidden element one RMSNorm keeps with half weights: Llama's (``LlamaRMSNorm``: the
+# fp32 input copy and the half normalised input of the weight multiply) and Gemma's
+# (``Gemma2RMSNorm``: ``_norm(x.float()) * (1.0 + weight.float())`` keeps the fp32 normalised output
+# instead).  The gated-decoder coefficients were fitted on Llama's two norms per block.
+NORM_BYTES_HALF = {"llama": 6.0, "gemma": 8.0}
+
+
+def _norm_correction(shape: Shape) -> float:
+    """Per token per block: norms beyond the fitted two, and Gemma's heavier norm, with half
+    weights (measured on Gemma 2 in calibration/runtime.json: the rest of its gap is open)."""
+    norms = shape.config.get("norms_per_layer", 2)
+    style = "gemma" if "gemma-norm" in shape.capabilities else "llama"
+    if shape.style != "decoder_gated" or (norms == 2 and style == "llama") or shape.pc != "half":
+        return 0.0
+    heavier = NORM_BYTES_HALF[style] - NORM_BYTES_HALF["llama"]
+    return ((norms - 2) * NORM_BYTES_HALF["llama"] + norms * heavier) * shape.dims.hidden
+
+
 def layer_bytes(co: Dict[str, float], shape: Shape, s: int) -> float:
-    """Saved bytes per token for one fully trainable block, corrected for kernel and KV heads."""
+    """Saved bytes per token for one fully trainable block, corrected for kernel, KV heads and
+    the family's norms."""
     d = shape.dims
-    per = co["h"] * d.hidden + co["ff"] * d.ff + co.get("q", 0.0) * d.q_dim
+    per = co["h"] * d.hidden + co["ff"] * d.ff + co.get("q", 0.0) * d.q_dim + _norm_correction(shape)
     if KERNEL_KEEPS_SCORES.get(shape.attention, False):
         per += co["s"] * d.heads * s + co.get("eq", 0.0) * d.q_dim
     else:
@@ -132,6 +249,11 @@ def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int) -> Acts:
     d = shape.dims
     per_layer = max(0.0, layer_bytes(co, shape, s) - frozen_saving(shape))
     one = per_layer * tokens
+    # the dropout masks of adapter inputs: only where the input needs a gradient, i.e. not in the
+    # first block of a LoRA run (nothing before it trains) unless checkpointing makes its input
+    # require grad (``enable_input_require_grads``)
+    masks = dropout_mask_bytes(shape) * tokens
+    first_masks = dropout_mask_bytes(shape, first_block=shape.frozen) * tokens
     if shape.checkpointing:
         ss = co.get("ckpt_ss", 0.0) + (
             co.get("eager_ckpt_ss", 0.0) if KERNEL_KEEPS_SCORES.get(shape.attention) else 0.0
@@ -139,10 +261,13 @@ def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int) -> Acts:
         resid = 2 if shape.pc == "half" else 4
         stored = layers * (co.get("ckpt", resid) * d.hidden + ss * s) * tokens
         stored += (co.get("ckpt_final", co.get("final", 0.0)) * d.hidden + co.get("ckpt_tok", 0.0)) * tokens
-        return Acts(stored, one, "", True)
+        if shape.frozen and "rmsnorm" in shape.capabilities:  # the frozen final norm keeps no weight input
+            stored -= shape.norm_bytes * d.hidden * tokens
+        return Acts(stored, one + masks, "", True)
     final = co.get("final", 0.0) * d.hidden - (shape.linear_input_bytes * d.hidden if shape.frozen else 0.0)
-    stored = layers * one + (max(0.0, final) + co.get("tok", 0.0)) * tokens
-    return Acts(stored, one, "", True)
+    stored = layers * one + max(0, layers - 1) * masks + first_masks
+    stored += (max(0.0, final) + co.get("tok", 0.0)) * tokens
+    return Acts(stored, one + masks, "", True)
 
 
 def _decoder(shape: Shape) -> Acts:

@@ -55,9 +55,15 @@ class Estimate:
     params_total: int = 0
     params_trainable: int = 0
 
-    def _phase_sums(self, attr: str, allocated: bool = False) -> float:
+    def _phase_sums(self, attr: str, allocated: bool = False, tensors: bool = False) -> float:
+        """The largest phase's sum; ``allocated`` leaves out the allocator's slack, ``tensors``
+        what lives outside torch's allocator (managed memory)."""
         sums = [
-            sum(getattr(t, attr) for t in phase if not (allocated and t.allocator))
+            sum(
+                getattr(t, attr)
+                for t in phase
+                if not (allocated and t.allocator) and not ((allocated or tensors) and t.managed)
+            )
             for phase in self.phases.values()
         ]
         return max(sums) if sums else 0.0
@@ -75,8 +81,14 @@ class Estimate:
         return self._phase_sums("upper")
 
     def allocated(self) -> Tuple[float, float, float]:
-        """What ``torch.cuda.max_memory_allocated`` would see (no allocator fragmentation)."""
+        """What ``torch.cuda.max_memory_allocated`` would see (no allocator fragmentation, no
+        managed memory)."""
         return tuple(self._phase_sums(a, allocated=True) for a in ("lower", "point", "upper"))
+
+    def reserved(self) -> Tuple[float, float, float]:
+        """What ``torch.cuda.max_memory_reserved`` would see: the estimate less managed memory
+        (``lower``/``point``/``upper``, which the verdict uses, keep it: it occupies the card)."""
+        return tuple(self._phase_sums(a, tensors=True) for a in ("lower", "point", "upper"))
 
     @property
     def usable(self) -> float:
@@ -153,11 +165,61 @@ def _number(settings: Dict[str, Value], key: str, default: int, notes: List[str]
     return max(0, value)
 
 
+def _flag(settings: Dict[str, Value], key: str, default: bool) -> bool:
+    raw = setting(settings, key, default)
+    if isinstance(raw, str):
+        return raw.strip().lower() in ("on", "true", "yes", "1")
+    return bool(raw)
+
+
+def _fraction(settings: Dict[str, Value], key: str) -> float:
+    """A probability setting (``lora_dropout``) in [0, 1); anything else is 0."""
+    try:
+        value = float(setting(settings, key, 0.0) or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if 0.0 <= value < 1.0 else 0.0
+
+
 def _model(settings: Dict[str, Value]) -> Tuple[db.Model, bool]:
     ref = setting(settings, "model")
     if ref:
-        return db.spec(ref), True
+        return _with_head(db.spec(ref), setting(settings, "head")), True
     return db.generic_decoder(int(setting(settings, "params", 1) or 1)), False
+
+
+def _with_head(model: db.Model, head: Any) -> db.Model:
+    """The model with its LM head tied or untied as the implementation builds it (``head``): litgpt
+    builds its own ``lm_head`` and copies a tied checkpoint's embedding into it
+    (``litgpt/scripts/convert_hf_checkpoint.py``), so a tied Hugging Face model trains there with
+    two vocab-sized matrices.  Only families whose formula reads ``tied`` change."""
+    reads_tied = "tied" in model.config or model.family.style == "decoder_gated"
+    if head not in ("tied", "untied") or not reads_tied:
+        return model
+    tied = head == "tied"
+    if bool(model.config.get("tied")) == tied:
+        return model
+    return db.Model(
+        key=model.key,
+        family=model.family,
+        config=dict(model.config, tied=tied),
+        aliases=model.aliases,
+        max_positions=model.max_positions,
+        source=model.source,
+    )
+
+
+def _bucket(settings: Dict[str, Value], model: db.Model) -> float:
+    """DeepSpeed's ``reduce_bucket_size``: a number, ``auto`` (what the HF integration sets:
+    hidden x hidden), or DeepSpeed's default 5e8."""
+    raw = setting(settings, "reduce_bucket_size", 5e8)
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return float((model.dims.hidden or 1024) ** 2)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return 5e8
+    return value if 0 < value < 1e12 else 5e8
 
 
 def setup(settings: Dict[str, Value]) -> Setup:
@@ -189,6 +251,15 @@ def setup(settings: Dict[str, Value]) -> Setup:
         foreach=setting(settings, "optimizer_foreach", True) not in (False, "off", "false"),
         grads_persist=_number(settings, "grad_accum", 1, notes) > 1
         or setting(settings, "set_to_none", True) in (False, "off", "false"),
+        lora_dropout=_fraction(settings, "lora_dropout"),
+        lora_impl=str(setting(settings, "lora_impl", "peft") or "peft"),
+        bnb_saves_input=_flag(settings, "bnb_saves_input", False),
+        loss=str(setting(settings, "loss", "hf") or "hf"),
+        optimizer_in_bwd=_flag(settings, "optimizer_in_bwd", False) and train,
+        grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),
+        no_sync=_flag(settings, "no_sync", True),
+        fsdp_units=str(setting(settings, "fsdp_units", "separate") or "separate"),
+        reduce_bucket_size=_bucket(settings, model),
         guessed=frozenset(k for k in _GUESSABLE if is_default(settings, k)),
         notes=notes,
     )
@@ -256,8 +327,10 @@ def phases(s: Setup, figures: Optional[Dict[str, Any]] = None) -> Dict[str, List
         _early_gradients(s),
         T.backward_block(s, acts),
         T.dequant_buffer(s),
+        T.unsharded_root(s),
+        T.frozen_gradients(s) if s.grad_accum > 1 else None,  # kept from the earlier micro-batches
     ]
-    step = static + [T.gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s)]
+    step = static + [T.gradients(s), T.frozen_gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s)]
     return {BACKWARD: [t for t in backward if t is not None], STEP: [t for t in step if t is not None]}
 
 

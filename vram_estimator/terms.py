@@ -11,11 +11,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 from . import db
-from .activations import Acts, Shape, coefficients, precision_class
+from .activations import Acts, Adapters, Shape, coefficients, precision_class
 
 GIB = 1024**3
 
 FORWARD, BACKWARD, STEP = "forward", "backward", "optimizer step"
+_FSDP = ("fsdp", "fsdp2")
 PREFILL, DECODE = "prefill", "decode"  # the two moments of generation
 
 
@@ -28,6 +29,7 @@ class Term:
     note: str = ""
     dynamic: bool = False  # allocated and freed every step: what the allocator fragments
     allocator: bool = False  # reserved by the caching allocator, not allocated to a tensor
+    managed: bool = False  # CUDA managed memory outside torch's allocator (paged optimizer states)
 
     def scaled(self, lo: float, hi: float) -> "Term":
         return replace(self, lower=self.lower * lo, upper=self.upper * hi)
@@ -63,6 +65,16 @@ class Setup:
     context_tokens: int
     foreach: bool = True  # torch's default multi-tensor optimizer step (fused / per-tensor: False)
     grads_persist: bool = False  # gradient accumulation, or zero_grad(set_to_none=False) (torch 1.x)
+    lora_dropout: float = 0.0  # LoraConfig(lora_dropout=): a mask and a dropped copy per adapted input
+    lora_impl: str = "peft"  # peft (fp32 adapters over half weights), torchtune, litgpt (model dtype)
+    bnb_saves_input: bool = False  # bitsandbytes < 0.43.2: a 4-bit linear keeps its input (ctx.tensors)
+    loss: str = "hf"  # the loss layout: hf (fp32 upcast), torchtune-chunked, litgpt-chunked (LOSS_LAYOUTS)
+    optimizer_in_bwd: bool = False  # torchtune: each parameter steps (and frees its grad) in backward
+    grad_accum: int = 1  # micro-batches per optimizer step
+    no_sync: bool = True  # accumulation without gradient sync (DDP/FSDP no_sync(), Fabric's default)
+    reduce_bucket_size: float = 5e8  # DeepSpeed zero_optimization.reduce_bucket_size (HF "auto": h*h)
+    fsdp_units: str = "separate"  # FSDP1 + LoRA: "separate" (PEFT's fsdp_auto_wrap_policy wraps the
+    # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
 
@@ -79,7 +91,13 @@ class Setup:
         """FSDP's ``MixedPrecision(param_dtype=bf16/fp16)`` (what Accelerate and the HF Trainer
         set for ``mixed_precision``/``bf16=True``) keeps fp32 shards but all-gathers each unit in
         half precision and runs it there: activations are half, autocast finds nothing to cast."""
-        return self.sharding == "fsdp" and self.world > 1 and self.pc == "mixed"
+        return self.fsdp and self.world > 1 and self.pc == "mixed"
+
+    @property
+    def fsdp(self) -> bool:
+        """PyTorch FSDP: ``fsdp`` (FSDP1, flat parameters per wrapped unit) or ``fsdp2``
+        (``fully_shard``, one DTensor per parameter)."""
+        return self.sharding in _FSDP
 
     @property
     def compute_precision(self) -> str:
@@ -94,7 +112,7 @@ class Setup:
 
     @property
     def sharded_weights(self) -> bool:
-        return self.sharding in ("zero3", "fsdp") and self.world > 1
+        return self.sharding in ("zero3",) + _FSDP and self.world > 1
 
     @property
     def deepspeed(self) -> bool:
@@ -102,11 +120,11 @@ class Setup:
 
     @property
     def sharded_states(self) -> bool:
-        return self.sharding in ("zero1", "zero2", "zero3", "fsdp") and self.world > 1
+        return self.sharding in ("zero1", "zero2", "zero3") + _FSDP and self.world > 1
 
     @property
     def sharded_grads(self) -> bool:
-        return self.sharding in ("zero2", "zero3", "fsdp") and self.world > 1
+        return self.sharding in ("zero2", "zero3") + _FSDP and self.world > 1
 
     def chosen_lora(self):
         """The block linears LoRA adapts: the named ones, all of them, or PEFT's defaults."""
@@ -137,6 +155,26 @@ class Setup:
             return 0
         return self.lora_params if self.lora else self.model.breakdown.total
 
+    def adapters(self) -> Adapters:
+        """The adapted and frozen block linears of a LoRA run, and how the library runs them."""
+        if not (self.lora and self.train):
+            return Adapters()
+        chosen = self.chosen_lora()
+        names = {t.name for t in chosen}
+        frozen = [t for t in self.model.breakdown.lora_targets if t.name not in names]
+        # bitsandbytes' 8-bit matmul keeps its input on ctx whenever it needs a grad; the 4-bit
+        # one did too before 0.43.2 (bitsandbytes/autograd/_functions.py, MatMul8bitLt.forward /
+        # MatMul4Bit.forward: ``ctx.tensors = (CAt, subA, A)`` / ``(A, B)``, now ``(None, B)``)
+        keeps = self.precision == "int8" or (self.precision == "nf4" and self.bnb_saves_input)
+        return Adapters(
+            adapted=tuple((t.fan_in, t.role) for t in chosen),
+            frozen=tuple((t.fan_in, t.role) for t in frozen),
+            rank=self.lora,
+            dropout=float(self.lora_dropout or 0.0),
+            impl=self.lora_impl,
+            quant_keeps_input=keeps,
+        )
+
     def shape(self) -> Shape:
         frozen_roles: FrozenSet[str] = frozenset()
         if self.lora:
@@ -161,6 +199,7 @@ class Setup:
             frozen=bool(self.lora) and self.train,
             per_image=per_image if measured_cnn else 0.0,
             params=self.model.breakdown.total,
+            adapters=self.adapters() if self.model.kind in ("decoder", "encoder", "vit", "dit") else None,
         )
 
 
@@ -185,7 +224,7 @@ def weights(s: Setup) -> Term:
     if s.lora:
         value += (4 if (s.quantised or s.pc != "half") else 2) * s.lora_params
         note += f" + LoRA r={s.lora} ({s.lora_params / 1e6:.1f}M)"
-    if s.offload in ("param", "both") and s.sharding in ("zero3", "fsdp"):
+    if s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP:
         return Term("weights", 0.0, 0.0, 0.0, "offloaded to the host")
     if s.sharded_weights:
         value, upper_extra = value / s.world, upper_extra / s.world
@@ -196,7 +235,7 @@ def weights(s: Setup) -> Term:
 
 def gathered_params(s: Setup) -> Optional[Term]:
     """ZeRO-3/FSDP: the current and the prefetched block gathered in full."""
-    offloaded = s.offload in ("param", "both") and s.sharding in ("zero3", "fsdp")
+    offloaded = s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP
     if not (s.sharded_weights or offloaded):
         return None
     per_param = 2.0 if (s.pc == "half" or s.fsdp_half_compute) else 4.0
@@ -208,13 +247,67 @@ def _gradient_bytes(s: Setup) -> float:
     return 2.0 if (s.pc == "half" and not s.quantised) else 4.0
 
 
+def _largest_parameter(s: Setup) -> int:
+    bd = s.model.breakdown
+    if s.lora:
+        return max((s.lora * max(t.fan_in, t.fan_out) for t in s.chosen_lora()), default=0)
+    linear = max((t.fan_in * t.fan_out for t in bd.lora_targets), default=0)
+    return max(bd.embed, bd.head, linear)
+
+
 def gradients(s: Setup) -> Optional[Term]:
+    """Trainable gradients.  With ``optimizer_in_bwd`` (torchtune's
+    ``register_optim_in_bwd_hooks``: a post-accumulate-grad hook steps each parameter and frees
+    its gradient) only about one parameter's gradient exists at a time."""
     if not s.train:
         return None
     per = _gradient_bytes(s)
-    g = per * s.trainable / (s.world if s.sharded_grads else 1)
     spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
+    if s.optimizer_in_bwd:
+        g = 2.0 * per * _largest_parameter(s) / (s.world if s.sharded_grads else 1)
+        note = "optimizer in backward: two parameters' gradients at a time"
+        return exact("gradients", g, note, spread, True)
+    g = per * s.trainable / (s.world if s.sharded_grads else 1)
     return exact("gradients", g, f"{per:.0f} B x {s.trainable / 1e6:,.1f}M trainable", spread, dynamic=True)
+
+
+def frozen_gradients(s: Setup) -> Optional[Term]:
+    """FSDP1 with LoRA: frozen and trainable weights of a block share one flat parameter
+    (``use_orig_params=True``), which requires grad, so autograd computes the gradient of every
+    block weight (PyTorch's FSDP docs: "the gradient memory usage will be higher than expected
+    (namely, equivalent to not freezing those parameters)").  It is reduce-scattered to a shard
+    after each backward, unless gradients accumulate under ``no_sync()`` (DDP/FSDP ``no_sync``,
+    Lightning Fabric's ``no_backward_sync``, Accelerate's ``accumulate``): then every rank keeps
+    the whole unsharded gradient.  FSDP2 (``fully_shard``) keeps one tensor per parameter, so
+    frozen weights get none, and neither do they where the adapters are their own units (PEFT's
+    ``fsdp_auto_wrap_policy``, what Accelerate uses with PEFT: ``fsdp_units="separate"``)."""
+    if not (s.train and s.lora and s.sharding == "fsdp" and s.world > 1 and s.fsdp_units == "block"):
+        return None
+    bd = s.model.breakdown
+    blocks = max(0, bd.total - bd.embed - bd.head)
+    per = 2.0 if (s.pc == "half" or s.fsdp_half_compute) else 4.0
+    unsharded = s.grad_accum > 1 and s.no_sync
+    g = per * blocks / (1 if unsharded else s.world)
+    note = "FSDP1 flat parameters: frozen block weights get gradients" + (
+        " (unsharded under no_sync accumulation)" if unsharded else ""
+    )
+    return exact("frozen gradients", g, note, dynamic=True)
+
+
+def unsharded_root(s: Setup) -> Optional[Term]:
+    """FSDP wraps each block as a unit; the embeddings, the final norm and the head stay in the
+    root unit, which is gathered at the first forward and not resharded before backward
+    (``fully_shard``'s ``reshard_after_forward``: "the root FSDP state has its value specially set
+    to False"; FSDP1 keeps the root's flat parameter unsharded between forward and backward): the
+    whole embedding and head on every rank through backward, in the compute dtype."""
+    if not (s.train and s.fsdp and s.world > 1):
+        return None
+    bd = s.model.breakdown
+    root = bd.embed + bd.head
+    if not root:
+        return None
+    per = 2.0 if (s.pc == "half" or s.fsdp_half_compute) else 4.0
+    return exact("unsharded root", per * root * (1 - 1 / s.world), "embeddings and head gathered in full")
 
 
 def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
@@ -224,6 +317,7 @@ def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
 
 _STATE_BYTES = {
     "adamw": lambda b, h: 2.0 * b,
+    "adamw-fused": lambda b, h: 2.0 * b,  # torch's fused=True kernel: same states, no foreach lists
     "adam": lambda b, h: 2.0 * b,
     "paged-adamw": lambda b, h: 2.0 * b,
     "adamw-8bit": lambda b, h: 2.0 + 8.0 / 2048,  # two uint8 states + an fp32 absmax per 2048 values each
@@ -262,7 +356,12 @@ def optimizer_state(s: Setup) -> Optional[Term]:
     if s.optimizer.startswith("paged"):
         lower = 0.0  # paged states can be evicted to host memory under pressure
     spread = 1.0 if s.exact else 1.1
-    return Term("optimizer state", o * lower / spread, o, o * spread, s.optimizer)
+    # bitsandbytes' paged optimizers allocate their states with cudaMallocManaged
+    # (bitsandbytes/functional.py, ``get_paged`` / GlobalPageManager): on the device while resident,
+    # but outside torch's caching allocator, so max_memory_allocated/reserved never see them
+    paged = s.optimizer.startswith("paged")
+    note = s.optimizer + (" (managed memory, outside torch's allocator)" if paged else "")
+    return Term("optimizer state", o * lower / spread, o, o * spread, note, managed=paged)
 
 
 def master_copy(s: Setup) -> Optional[Term]:
@@ -296,6 +395,8 @@ def step_temporaries(s: Setup) -> Optional[Term]:
     share = _STEP_TEMPORARIES.get(s.optimizer)
     if not s.train or share is None or not s.foreach or s.deepspeed or s.offload in ("optimizer", "both"):
         return None
+    if s.optimizer_in_bwd:  # one parameter steps at a time
+        return None
     base = _state_bytes(s) * s.trainable / (s.world if s.sharded_states else 1)
     lo, pt, hi = (base * k for k in share)
     if hi <= 0:
@@ -328,8 +429,18 @@ def runtime_buffers(s: Setup, gpu_figures: Dict[str, Any]) -> Term:
 
 
 def sharding_buffers(s: Setup) -> Optional[Term]:
-    if not s.train or s.world <= 1:
+    """DDP's bucket copy of the gradients; ZeRO's reduce/all-gather buckets.  ZeRO-3 allocates its
+    contiguous-gradient bucket (``reduce_bucket_size`` elements per gradient dtype) when the
+    optimizer is built, on one GPU too (deepspeed/runtime/zero/stage3.py,
+    ``DeepSpeedZeroOptimizer_Stage3.__init__``: ``bucket.buffer = torch.empty(self.reduce_bucket_size,
+    ...)`` under ``contiguous_gradients``, the default)."""
+    if not s.train:
         return None
+    if s.world <= 1:
+        if s.sharding != "zero3" or not s.trainable:
+            return None
+        buf = _gradient_bytes(s) * min(float(s.trainable), s.reduce_bucket_size)
+        return exact("zero buffers", buf, f"contiguous-gradient bucket ({s.reduce_bucket_size:.0e} elements)")
     g = _gradient_bytes(s) * s.trainable
     if s.sharding == "ddp":
         return Term("ddp buckets", 0.0, g, g, "gradient bucket copy (gradient_as_bucket_view=False)")
@@ -390,6 +501,26 @@ def backward_block(s: Setup, acts: Acts) -> Optional[Term]:
     return Term("backward working set", b * lo * 0.5, b, b * hi, "one block's backward", dynamic=True)
 
 
+# Bytes per logit a training loss keeps, by layout: (saved for backward, held alive beside it,
+# the loss's own backward working set per logit).  Saved bytes measured on the CPU
+# (calibration/runtime.json, ``kind: loss``); the rest from the code:
+# * torchtune ``CEWithChunkedOutputLoss`` (8 chunks, each ``.float()`` before its cross-entropy):
+#   fp32 log-softmax of every chunk saved; the recipe deletes the half logits before backward;
+#   backward works one chunk at a time (fp32 + half gradient of a chunk);
+# * litgpt ``chunked_cross_entropy`` with ``lm_head_chunk_size=128``: cross-entropy on the half
+#   chunks (fp32 under autocast, which runs log_softmax in fp32), the list of chunks held by the
+#   training step until backward.
+LOSS_LAYOUTS = {
+    "torchtune-chunked": {"half": (4.0, 0.0, 0.75), "mixed": (4.0, 0.0, 0.75), "fp32": (4.0, 0.0, 1.0)},
+    "litgpt-chunked": {"half": (2.0, 2.0, 0.1), "mixed": (4.0, 2.0, 0.1), "fp32": (4.0, 4.0, 0.1)},
+}
+
+
+def loss_bytes_per_logit(layout: str, pc: str) -> float:
+    saved, held, working = LOSS_LAYOUTS[layout][pc]
+    return saved + held + working
+
+
 def logits(s: Setup) -> Optional[Term]:
     """Training: half logits held by the output, the fp32 upcast and the saved log-softmax;
     inference: the logits; generation: last-token logits only."""
@@ -401,7 +532,10 @@ def logits(s: Setup) -> Optional[Term]:
         return exact("logits buffer", s.batch * V * 8.0, "last-token logits (fp32)", dynamic=True)
     toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
     pc = precision_class(s.compute_precision)
-    lb = toks * V * (co["train"][pc] if s.train else co["inference"][pc])
+    per = co["train"][pc] if s.train else co["inference"][pc]
+    if s.train and s.loss in LOSS_LAYOUTS:
+        per = loss_bytes_per_logit(s.loss, pc)
+    lb = toks * V * per
     lo, hi = _token_spread(s, True, "logits")
     return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab", dynamic=True)
 

@@ -243,9 +243,14 @@ _gated(
     fixed=dict(qk_norm=True),
     caps=("qk-norm",),
 )
-_gated("gemma", ("gemma",), "Gemma (head_dim 256, tied)", tied_default=True)
+_gated("gemma", ("gemma",), "Gemma (head_dim 256, tied)", tied_default=True, caps=("gemma-norm",))
 _gated(
-    "gemma2", ("gemma2",), "Gemma 2 (four norms per block)", fixed=dict(norms_per_layer=4), tied_default=True
+    "gemma2",
+    ("gemma2",),
+    "Gemma 2 (four norms per block)",
+    fixed=dict(norms_per_layer=4),
+    tied_default=True,
+    caps=("gemma-norm",),
 )
 _gated(
     "gemma3",
@@ -253,7 +258,7 @@ _gated(
     "Gemma 3 (four norms, QK-norm; 4B+ with the SigLIP vision tower)",
     fixed=dict(norms_per_layer=4, qk_norm=True, vision_tower="siglip"),
     tied_default=True,
-    caps=("qk-norm",),
+    caps=("qk-norm", "gemma-norm"),
 )
 _gated(
     "phi3",
