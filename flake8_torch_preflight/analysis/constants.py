@@ -164,6 +164,8 @@ def _declared_shared(analysis) -> Set[str]:
 # Attributes that code outside the class changes without storing them by name: `Module.train()`
 # / `.eval()` set `training` on every submodule.
 _SET_BY_FRAMEWORK = frozenset({"training"})
+
+
 @per_file("constant_self_attributes")
 def constant_self_attributes(analysis, cls) -> Dict[str, object]:
     """attribute -> literal, for the attributes of `cls`'s objects that are the same constant
