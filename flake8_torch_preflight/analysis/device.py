@@ -159,6 +159,8 @@ def in_memory_dataset(analysis, facts: FunctionFacts, loader: CallSite) -> Optio
 def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
     """`TensorDataset(...)`, `range(n)`, `mask.nonzero().view(-1)`, `idx.split(k)[rank]` of
     an index name, `SliceDataset(x, y)` of a class that only slices what it stores."""
+    if python_list(expr):
+        return True
     if isinstance(expr, ast.Call):
         qual = analysis.imports.qualname(expr.func) or (
             expr.func.id if isinstance(expr.func, ast.Name) else None)
@@ -174,6 +176,95 @@ def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
     while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
         root = root.func if isinstance(root, ast.Call) else root.value
     return isinstance(root, ast.Name) and root.id in names and root is not expr
+
+
+# Builtins and methods that return a Python list (or tuple) already materialised in memory.
+_LIST_MAKERS = frozenset({"list", "sorted", "tuple"})
+_LIST_METHODS = frozenset({"tolist", "readlines", "splitlines", "split"})
+# Expressions whose value is a `str`: what a list of texts is made of.
+_STRING_METHODS = frozenset({"strip", "lstrip", "rstrip", "lower", "upper", "format",
+                             "replace", "join", "read", "decode", "title", "casefold"})
+
+
+def python_list(expr: ast.AST) -> bool:
+    """A list or tuple of Python objects built in memory: a display, a comprehension,
+    `list(...)` / `sorted(...)`, `df["text"].tolist()`, `f.readlines()`, `text.split()`.
+    A `DataLoader` over it only indexes the list: nothing to load per item."""
+    if isinstance(expr, (ast.List, ast.ListComp, ast.Tuple)):
+        return True
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id in _LIST_MAKERS:
+            return True
+        return isinstance(func, ast.Attribute) and func.attr in _LIST_METHODS
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return python_list(expr.left) and python_list(expr.right)
+    return False
+
+
+def list_of_strings(expr: ast.AST) -> bool:
+    """A Python list proven to hold `str` items (a display of string literals, a
+    comprehension whose element is a string, `f.readlines()`, `text.split()`): the loader
+    yields strings, which `pin_memory` leaves alone."""
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        return bool(expr.elts) and all(_string(e) for e in expr.elts)
+    if isinstance(expr, ast.ListComp):
+        return _string(expr.elt)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr in ("readlines", "splitlines") or (
+            expr.func.attr == "split" and _string(expr.func.value))
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return list_of_strings(expr.left) and list_of_strings(expr.right)
+    return False
+
+
+def _string(expr: ast.AST) -> bool:
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str)
+    if isinstance(expr, ast.JoinedStr):
+        return True
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name):
+            return func.id == "str"
+        return isinstance(func, ast.Attribute) and func.attr in _STRING_METHODS
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mod)):
+        return _string(expr.left)
+    return False
+
+
+def loader_items_are_strings(analysis, facts: FunctionFacts, loader: CallSite) -> bool:
+    """The `DataLoader(...)` iterates a list of strings (passed directly, or a name of the
+    same function bound only to such lists) with the default collation: its batches are
+    lists of `str`, and what the loop copies to the GPU is made in the loop, not pinned by
+    the loader."""
+    node = loader.node
+    arg = keyword(node, "dataset") or (node.args[0] if node.args else None)
+    if arg is None or keyword(node, "collate_fn") is not None:
+        return False
+    if not isinstance(arg, ast.Name):
+        return list_of_strings(arg)
+    values = _assigned_values(analysis, facts).get(arg.id)
+    return bool(values) and all(list_of_strings(v) for v in values)
+
+
+@per_file("assigned_values", key_args=1)
+def _assigned_values(analysis, facts: FunctionFacts) -> Dict[str, list]:
+    """name -> every value a plain `name = value` of the scope assigns; None marks a name
+    also bound some other way (a loop target, unpacking, augmented assignment)."""
+    scope = facts.func.node if facts.func is not None else analysis.tree
+    values: Dict[str, list] = {}
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            values.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            values.setdefault(node.id, [])
+    counts: Dict[str, int] = {}
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    return {name: vals for name, vals in values.items() if counts.get(name) == len(vals)}
 
 
 @per_file("in_memory_names", key_args=1)
