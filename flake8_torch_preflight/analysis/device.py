@@ -248,6 +248,32 @@ def loader_items_are_strings(analysis, facts: FunctionFacts, loader: CallSite) -
     return bool(values) and all(list_of_strings(v) for v in values)
 
 
+# torch functions that make a tensor of fresh values (noise, zeros, a fill): no data in it.
+FRESH_TENSOR_MAKERS = frozenset(f"torch.{n}" for n in (
+    "zeros ones empty full randn rand randint rand_like randn_like randint_like zeros_like "
+    "ones_like empty_like full_like".split()))
+
+
+def synthetic_tensor(analysis, facts: FunctionFacts, expr: ast.AST, depth: int = 3) -> bool:
+    """`expr` is a tensor of made-up values: a call of a fresh-tensor maker (its arguments
+    are shapes and fills), moved or cast (`torch.randn(1, 3, 224, 224).to(dev)`), or a name of
+    the same scope bound only to such tensors (a dummy input for a warm-up or a shape probe)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _CAST_METHODS:
+        expr = expr.func.value
+    if isinstance(expr, ast.Call):
+        return analysis.imports.qualname(expr.func) in FRESH_TENSOR_MAKERS
+    if isinstance(expr, ast.Name) and depth > 0:
+        values = _assigned_values(analysis, facts).get(expr.id)
+        return bool(values) and all(
+            isinstance(v, ast.Call) and synthetic_tensor(analysis, facts, v, depth - 1)
+            for v in values)
+    return False
+
+
+_CAST_METHODS = _CHEAP_ITEM_METHODS | {"to", "cuda", "half", "bfloat16"}
+
+
 @per_file("assigned_values", key_args=1)
 def _assigned_values(analysis, facts: FunctionFacts) -> Dict[str, list]:
     """name -> every value a plain `name = value` of the scope assigns; None marks a name
