@@ -82,6 +82,7 @@ from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..analysis.astutil import assigns_self_attribute, short
 from ..analysis.classes import module_like
+from ..analysis.constants import unreachable
 from ..analysis.device import synthetic_tensor
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
@@ -147,7 +148,7 @@ def _recording_evaluation_forwards(analysis: FileAnalysis, facts, trained) -> It
     calls = None
     for forward in facts.forwards:
         site = forward.site
-        if site.no_grad or forward.module.has(V.LOSS_FN):
+        if site.no_grad or forward.module.has(V.LOSS_FN) or unreachable(analysis, facts, site):
             continue
         if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
             if calls is None:

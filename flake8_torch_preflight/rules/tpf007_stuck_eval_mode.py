@@ -78,6 +78,7 @@ from typing import FrozenSet, Iterator, List
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.classes import mode_free_module
+from ..analysis.constants import unreachable
 from ..analysis.epochs import resolve_values
 from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules, function_events,
                               last_iteration_only, loop_events, optimized_modules, related)
@@ -155,8 +156,9 @@ class StuckEvalMode(Rule):
                     if key in reported:
                         continue
                     work = self._stuck(events, i, loop, exits, frozen, optimized)
-                    if work is None or _mode_free_model(analysis, facts, event.receiver):
-                        continue
+                    if work is None or _mode_free_model(analysis, facts, event.receiver) \
+                            or unreachable(analysis, facts, event.site):
+                        continue   # changes nothing, or in a branch this program never takes
                     reported.add(key)
                     yield self._report(event, work, loop)
 

@@ -72,6 +72,7 @@ from ..analysis import Does, FileAnalysis
 from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.astutil import dotted, keyword, short
+from ..analysis.constants import unreachable
 from ..analysis.device import (batch_transfer, cuda_evidence, hot_reason, in_memory_dataset,
                                is_transfer, loader_items_are_strings, loop_mutations,
                                loop_targets, non_blocking, step_loops, transfer_target)
@@ -103,25 +104,18 @@ class InputPipelineStall(Rule):
             return
         for call in facts.calls:
             site = call.site
-            if not is_transfer(facts, call) or analysis.evaluation_reason(facts, site):
+            if not is_transfer(facts, call) or analysis.evaluation_reason(facts, site) \
+                    or unreachable(analysis, facts, site):
                 continue
             text = dotted(call.node.func.value)
             recv = call.receiver or V.UNKNOWN
             if text is None:
                 continue
             module = recv.has(V.MODULE) and not (recv.grad or recv.has(V.TENSOR))
-            loop = next((lp for lp in loops if lp in site.loops), None)
-            if loop is None:
-                # A helper that runs every step: only modules are known to be the same object.
-                if hot is None or site.loops or site.conds or not module:
-                    continue
-                where = hot
-                inner = ()
-            else:
-                if site.conds_inside(loop):
-                    continue
-                inner = site.loops[site.loops.index(loop):]
-                where = f"inside the training loop at line {loop.lineno}"
+            placed = _every_step(loops, hot, site, module)
+            if placed is None:
+                continue
+            where, inner = placed
             why = self._invariant(analysis, facts, call, text, recv, module, inner, site)
             if why is None:
                 continue
@@ -223,6 +217,20 @@ def _loader_issues(analysis, facts, call: CallSite, nb: Optional[int]):
     elif pin is None and fixes:
         fixes.append(_PIN_FIX)
     return issues, fixes
+
+
+def _every_step(loops, hot: Optional[str], site, module: bool):
+    """(where, the loops from the step loop inwards) when the transfer at `site` runs on
+    every training step with no `if` in the loop around it, or None."""
+    loop = next((lp for lp in loops if lp in site.loops), None)
+    if loop is None:
+        # A helper that runs every step: only modules are known to be the same object.
+        if hot is None or site.loops or site.conds or not module:
+            return None
+        return hot, ()
+    if site.conds_inside(loop):
+        return None
+    return f"inside the training loop at line {loop.lineno}", site.loops[site.loops.index(loop):]
 
 
 def _changed_in_loops(analysis, facts, call: CallSite, text: str, module: bool, loops) -> bool:
