@@ -791,8 +791,8 @@ _ONCE_DEPTH = 3
 
 def read_in_one_pass(analysis, facts, loop) -> bool:
     """The loop runs once in the program: no loop encloses it in its function, and the
-    function runs once (module code; or a function of this file called only from places
-    that run once, outside any loop, and named nowhere else: not handed on as a value).
+    function runs once (module code; or a function of this file called exactly once, outside
+    any loop, from code that runs once, and named nowhere else: not handed on as a value).
     A function the file never calls may be called per epoch from elsewhere: not once."""
     if facts.loop_parents.get(loop) is not None:
         return False
@@ -803,10 +803,10 @@ def _runs_once(analysis, func, depth: int) -> bool:
     if func is None:
         return True           # module code runs once
     callers = analysis.callers(func)
-    if depth <= 0 or not callers or _named(analysis, func.name) != len(callers):
-        return False
-    return all(not call.site.loops and _runs_once(analysis, caller.func, depth - 1)
-               for caller, call in callers)
+    if depth <= 0 or len(callers) != 1 or _named(analysis, func.name) != 1:
+        return False      # called twice (`train(loader)` again to fine-tune) is two passes
+    caller, call = callers[0]
+    return not call.site.loops and _runs_once(analysis, caller.func, depth - 1)
 
 
 @per_file("shuffling_named")
