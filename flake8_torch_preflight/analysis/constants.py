@@ -178,6 +178,8 @@ def constant_self_attributes(analysis, cls) -> Dict[str, object]:
     that statement stores a literal, or an `__init__` parameter with a literal default that
     no construction here passes (no `*args`/`**kwargs` either)."""
     init = cls.methods.get("__init__")
+    if cls.home not in (None, analysis):
+        return {}         # a class of another file: its own file may store the attribute
     if init is None or cls.local_bases or _mutated_in_bulk(analysis):
         return {}
     constructions = _constructions(analysis, cls)
