@@ -155,6 +155,10 @@ class HotLoopSync(Rule):
             use = _logging_use(facts, call)
             if use is not None and not _buffer_fed_back(facts, call, where[0]):
                 notes.setdefault(where[0], []).append((call, f"{use}; {where[1]}"))
+        yield from self._logging_notes(analysis, facts, notes)
+
+    def _logging_notes(self, analysis, facts: FunctionFacts, notes) -> Iterator[Finding]:
+        """One note per scope for the syncs made every step only to log, at the first."""
         for scope, items in notes.items():
             call, why = min(items, key=lambda item: item[0].site.line)
             others = sorted({c.site.line for c, _ in items} - {call.site.line})
