@@ -167,7 +167,7 @@ def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
         if qual in api.TENSOR_DATASETS or qual in _INDEX_MAKERS:
             return True
         if isinstance(expr.func, ast.Name) and expr.func.id in analysis.index.classes:
-            return _slicing_dataset(analysis.index.classes[expr.func.id])
+            return _slicing_dataset(analysis, analysis.index.classes[expr.func.id])
     for node in ast.walk(expr):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _INDEX_METHODS:
@@ -312,9 +312,17 @@ def _in_memory_names(analysis, facts: FunctionFacts) -> Dict[str, int]:
     return {name: line for name, line in names.items() if name not in spoiled}
 
 
-def _slicing_dataset(cls) -> bool:
-    """A dataset class whose `__getitem__` only indexes attributes of `self` (and casts or
-    reshapes the slices): no file reads, no transforms."""
+# Conversions of an item already in memory (`torch.tensor(self.ids[i])`): no loading.
+_ITEM_CONVERSIONS = frozenset({"torch.tensor", "torch.as_tensor", "torch.from_numpy",
+                               "torch.LongTensor", "torch.FloatTensor", "numpy.array",
+                               "numpy.asarray", "int", "float", "bool", "str", "len", "dict",
+                               "list", "tuple"})
+
+
+def _slicing_dataset(analysis, cls) -> bool:
+    """A dataset class whose `__getitem__` only indexes attributes of `self` (and casts,
+    reshapes or converts the slices: `torch.tensor(self.ids[i])`): no file reads, no
+    transforms."""
     getitem = cls.methods.get("__getitem__")
     if getitem is None:
         return False
@@ -322,7 +330,10 @@ def _slicing_dataset(cls) -> bool:
     for node in ast.walk(body):
         if isinstance(node, ast.Call):
             func = node.func
-            if not (isinstance(func, ast.Attribute) and func.attr in _CHEAP_ITEM_METHODS):
+            cheap = isinstance(func, ast.Attribute) and func.attr in _CHEAP_ITEM_METHODS
+            qualname = analysis.imports.qualname(func) or (
+                func.id if isinstance(func, ast.Name) else None)
+            if not cheap and qualname not in _ITEM_CONVERSIONS:
                 return False
         elif isinstance(node, (ast.With, ast.For, ast.While, ast.Try, ast.Lambda)):
             return False

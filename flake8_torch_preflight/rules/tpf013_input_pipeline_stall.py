@@ -12,7 +12,8 @@
   `collate_fn`: a `TensorDataset`, an index range or index tensor such as `range(n)` or
   `mask.nonzero().view(-1)`, a Python list or tuple (a display, a comprehension,
   `list(...)`, `.tolist()`, `.readlines()`), or a dataset class of the file whose
-  `__getitem__` only slices what it stores), or with no `pin_memory=True` while the loop
+  `__getitem__` only slices what it stores, casting or wrapping the slice
+  (`torch.tensor(self.ids[i])`)), or with no `pin_memory=True` while the loop
   copies batches with `.to(..., non_blocking=True)` (a batch: a name the loop binds, or a
   parameter of a per-step helper; not a module or an EMA copy moved between steps; not for
   a loader of strings, whose batches the loop turns into tensors itself, so the loader has
