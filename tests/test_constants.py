@@ -67,3 +67,45 @@ def test_folding_never_raises_and_agrees_with_python(test):
     except Exception:
         return
     assert truth is expected
+
+
+# ------------------------------------------------ attributes of `self` as the file builds them
+
+_LOSS = '''
+class Loss:
+    def __init__(self, model, autobalance=False, *, gain=1.0):
+        self.autobalance = autobalance
+        self.gain = gain
+        self.mode = "sum"
+
+    def __call__(self, x):
+        if {test}:
+            pass
+'''
+
+
+def _self_truth(test: str, tail: str):
+    source = _LOSS.format(test=test) + textwrap.dedent(tail)
+    analysis = FileAnalysis(ast.parse(source), "loss.py")
+    facts = next(f for f in analysis.all_facts() if f.func is not None and f.func.name == "__call__")
+    node = next(n for n in ast.walk(facts.func.node) if isinstance(n, ast.If))
+    return static_truth(analysis, facts, node.test)
+
+
+@pytest.mark.parametrize("test, tail, truth", [
+    ("self.autobalance", "loss = Loss(net)\n", False),            # the default, never passed
+    ("self.mode == 'sum'", "loss = Loss(net)\n", True),           # a literal store
+    ("self.gain > 2", "loss = Loss(net, True)\n", False),          # keyword-only, not passed
+    ("self.autobalance", "loss = Loss(net, True)\n", None),        # passed by position
+    ("self.autobalance", "loss = Loss(net, autobalance=flag)\n", None),
+    ("self.autobalance", "loss = Loss(net, **cfg)\n", None),
+    ("self.autobalance", "loss = Loss(*args)\n", None),
+    ("self.autobalance", "", None),                                # built elsewhere: unknown
+    ("self.autobalance", "loss = Loss(net)\nloss.autobalance = True\n", None),   # stored again
+    ("self.autobalance", "loss = Loss(net)\nsetattr(loss, name, True)\n", None),
+    ("self.autobalance", "loss = Loss(net)\nvars(loss).update(cfg)\n", None),
+    ("self.autobalance", "make = functools.partial(Loss, autobalance=True)\nmake(net)\n", None),
+    ("self.autobalance", "class Balanced(Loss):\n    pass\nloss = Loss(net)\n", None),
+])
+def test_self_attribute_folding(test, tail, truth):
+    assert _self_truth(test, tail) is truth

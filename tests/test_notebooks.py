@@ -259,3 +259,25 @@ def test_flake8_through_nbqa_names_the_same_cell(notebook):
     assert "TPF011" not in out.stdout          # notes stay off by default through nbQA too
     ours = run(["check", "--isolated", "train.ipynb"], notebook.parent).stdout
     assert "train.ipynb:cell 3:line 6:5: TPF001" in ours
+
+
+_EVALUATE = ("def evaluate(model, loader):\n    model.eval()\n    correct = 0\n"
+             "    with torch.no_grad():\n        for x, y in loader:\n"
+             "            correct += (model(x).argmax(1) == y).sum().item()\n    return correct")
+_EPOCHS = ("for epoch in range(10):\n    for x, y in train_loader:\n        optimizer.zero_grad()\n"
+           "        nn.functional.cross_entropy(model(x), y).backward()\n        optimizer.step()\n"
+           "    print(evaluate(model, val_loader))")
+
+
+@pytest.mark.parametrize("layers, reported", [
+    ("nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)", False),   # same in both modes
+    ("nn.Linear(784, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10)", True),
+])
+def test_sequential_model_left_in_eval_in_a_notebook(tmp_path, layers, reported):
+    model = (f"model = nn.Sequential({layers}).to('cuda')\n"
+             "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
+    path = make_notebook(tmp_path / "mlp.ipynb", "import torch\nimport torch.nn as nn", model,
+                         _EVALUATE, _EPOCHS)
+    result = check_file(str(path), Settings())
+    codes = [r.finding.code for r in result.reports]
+    assert ("TPF007" in codes) is reported

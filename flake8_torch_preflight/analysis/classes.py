@@ -126,6 +126,21 @@ def mode_free(analysis, cls, depth: int = 0) -> bool:
                for rhs in _stored_on_self(init.node))
 
 
+def mode_free_module(analysis, value) -> bool:
+    """A module value proven to behave the same in `train()` and `eval()` mode: an object of
+    a mode-free class of the project (`mode_free`), or a `torch.nn` layer or container built
+    in place from mode-free layers (`nn.Sequential(nn.Linear(...), nn.ReLU(), ...)`)."""
+    if value is None:
+        return False
+    if value.cls is not None:
+        return mode_free(analysis, value.cls)
+    node = value.node
+    if isinstance(node, ast.Call) and (analysis.imports.qualname(node.func) or "") in \
+            _TAKE_MODULES - _CONTAINERS:
+        return False      # `DDP(build_model())`: the wrapped module decides, unseen here
+    return value.has(V.MODULE) and _mode_free_value(analysis, value, 0)
+
+
 def _stored_on_self(init: ast.AST):
     """Every value `__init__` assigns to an attribute of `self`, on any branch
     (`self.bn = None` and, under `if use_bn:`, `self.bn = nn.BatchNorm2d(c)`)."""

@@ -6,6 +6,10 @@ literal, and never rebound (no augmented assignment, loop target, `with ... as`,
 `global`/`nonlocal` anywhere in the file) are folded; everything else is unknown, and an
 unknown test is a branch that may run.
 
+Attributes of `self` fold too, when the object is built in this file in one known way
+(`constant_self_attributes`): `self.autobalance = autobalance` in `__init__`, the parameter's
+default `False`, and no construction of the class here passing it, is `False` in every method.
+
 Folding is bounded: tests deeper than `_MAX_DEPTH` nodes, numbers beyond `_MAX_MAGNITUDE`
 and anything but comparisons, `and`/`or`/`not` of names and literals are unknown.
 """
@@ -38,8 +42,22 @@ def unreachable(analysis, facts: FunctionFacts, site: Site) -> bool:
 
 def static_truth(analysis, facts: FunctionFacts, test: ast.expr) -> Optional[bool]:
     """True/False when the test folds to a constant, else None."""
-    value = _fold(test, literal_names(analysis, facts), _MAX_DEPTH)
+    value = _fold(test, _known_names(analysis, facts), _MAX_DEPTH)
     return None if value is _UNKNOWN else bool(value)
+
+
+def _known_names(analysis, facts: FunctionFacts) -> Dict[str, object]:
+    """The scope's literal names, and in a method `self.x` (keyed by that text) for each
+    attribute that is the same constant in every object of the class built in this file."""
+    names = literal_names(analysis, facts)
+    func = facts.func
+    if func is None or func.cls is None or not func.params or func.name == "__init__":
+        return names
+    attributes = constant_self_attributes(analysis, func.cls)
+    if not attributes:
+        return names
+    receiver = func.params[0]
+    return {**names, **{f"{receiver}.{attr}": value for attr, value in attributes.items()}}
 
 
 _UNKNOWN = object()
@@ -52,6 +70,8 @@ def _fold(node: ast.expr, names: Dict[str, object], budget: int):
         return _literal(node.value)
     if isinstance(node, ast.Name):
         return names.get(node.id, _UNKNOWN)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return names.get(f"{node.value.id}.{node.attr}", _UNKNOWN)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         value = _fold(node.operand, names, budget - 1)
         return _UNKNOWN if value is _UNKNOWN else not value
@@ -137,3 +157,142 @@ def _declared_shared(analysis) -> Set[str]:
     """Names some function declares `global` or `nonlocal`: any scope may rebind them."""
     return {name for node in ast.walk(analysis.tree)
             if isinstance(node, (ast.Global, ast.Nonlocal)) for name in node.names}
+
+
+# ------------------------------------------------------- constant attributes of an object
+
+# Attributes that code outside the class changes without storing them by name: `Module.train()`
+# / `.eval()` set `training` on every submodule.
+_SET_BY_FRAMEWORK = frozenset({"training"})
+
+
+@per_file("constant_self_attributes")
+def constant_self_attributes(analysis, cls) -> Dict[str, object]:
+    """attribute -> literal, for the attributes of `cls`'s objects that are the same constant
+    in every object this file builds.
+
+    Proven only when: the file builds the class (`Loss(model)`) and names it nowhere else (no
+    subclass, no `partial(Loss, ...)`, no class passed as a value, no `cls(...)` inside it),
+    nothing in the file stores or deletes the attribute except one statement at the top level
+    of `__init__`, no code stores attributes by computed name (`setattr`, `__dict__`), and
+    that statement stores a literal, or an `__init__` parameter with a literal default that
+    no construction here passes (no `*args`/`**kwargs` either)."""
+    init = cls.methods.get("__init__")
+    if cls.home not in (None, analysis):
+        return {}         # a class of another file: its own file may store the attribute
+    if init is None or cls.local_bases or _mutated_in_bulk(analysis):
+        return {}
+    constructions = _constructions(analysis, cls)
+    if not constructions:
+        return {}
+    out: Dict[str, object] = {}
+    stores = _attribute_stores(analysis)
+    for stmt in init.node.body:
+        found = _constant_store(init, stmt, constructions)
+        if found is not None and stores.get(found[0]) == 1 \
+                and found[0] not in _SET_BY_FRAMEWORK:
+            out[found[0]] = found[1]
+    return out
+
+
+def _constant_store(init, stmt: ast.stmt, constructions):
+    """(attribute, value) for `self.x = <literal>` / `self.x = <unpassed parameter>`."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return None
+    target, value = stmt.targets[0], stmt.value
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and init.params and target.value.id == init.params[0]):
+        return None
+    if isinstance(value, ast.Constant):
+        literal = _literal(value.value)
+        return None if literal is _UNKNOWN else (target.attr, literal)
+    if isinstance(value, ast.Name):
+        literal = _unpassed_default(init, value.id, constructions)
+        return None if literal is _UNKNOWN else (target.attr, literal)
+    return None
+
+
+def _unpassed_default(init, name: str, constructions):
+    """The literal default of `__init__`'s parameter `name` when it is never rebound in
+    `__init__` and no construction passes it."""
+    args = init.node.args
+    positional = args.posonlyargs + args.args
+    index = next((i for i, a in enumerate(positional) if a.arg == name), None)
+    if index is not None:
+        defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]],
+                            args.defaults))
+    else:
+        defaults = {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+    default = defaults.get(name)
+    if not isinstance(default, ast.Constant) or _rebinds(init.node, name):
+        return _UNKNOWN
+    for call in constructions:
+        # the call's arguments fill `__init__`'s parameters after `self`
+        if any(isinstance(a, ast.Starred) for a in call.args) or \
+                any(kw.arg is None or kw.arg == name for kw in call.keywords) or \
+                (index is not None and len(call.args) >= index):
+            return _UNKNOWN
+    return _literal(default.value)
+
+
+def _rebinds(func_node: ast.AST, name: str) -> bool:
+    return any(isinstance(node, ast.Name) and node.id == name
+               and isinstance(node.ctx, (ast.Store, ast.Del)) for node in ast.walk(func_node))
+
+
+def _constructions(analysis, cls) -> list:
+    """The calls that build `cls` in this file; empty when the class is also named in any
+    other way (a base, a value handed on, `cls(...)` / `type(self)(...)` in its methods)."""
+    calls, named = [], 0
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Name) and node.id == cls.name:
+            named += 1
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == cls.name:
+            calls.append(node)
+    if named != len(calls) or _builds_itself(cls):
+        return []
+    return calls
+
+
+def _builds_itself(cls) -> bool:
+    for node in ast.walk(cls.node):
+        if isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id in ("cls", "type"))
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "__class__")):
+            return True
+    return False
+
+
+@per_file("attribute_stores")
+def _attribute_stores(analysis) -> Dict[str, int]:
+    """attribute name -> how many statements of the file store or delete it on any object."""
+    counts: Dict[str, int] = {}
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.attr] = counts.get(node.attr, 0) + 1
+    return counts
+
+
+@per_file("bulk_attribute_setters")
+def _mutated_in_bulk(analysis) -> bool:
+    """Some code stores attributes by a computed name (`setattr(obj, k, v)`,
+    `vars(o).update(d)`, `o.__dict__[k] = v`): no attribute is known constant."""
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "setattr" or \
+                    isinstance(func, ast.Attribute) and (
+                        func.attr == "__setattr__"
+                        or func.attr == "update" and _attribute_dict(func.value)):
+                return True
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                and _attribute_dict(node.value):
+            return True
+    return False
+
+
+def _attribute_dict(node: ast.expr) -> bool:
+    """`vars(o)` / `o.__dict__`: an object's attributes as a dict."""
+    return isinstance(node, ast.Attribute) and node.attr == "__dict__" or \
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"

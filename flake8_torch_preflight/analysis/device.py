@@ -159,13 +159,15 @@ def in_memory_dataset(analysis, facts: FunctionFacts, loader: CallSite) -> Optio
 def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
     """`TensorDataset(...)`, `range(n)`, `mask.nonzero().view(-1)`, `idx.split(k)[rank]` of
     an index name, `SliceDataset(x, y)` of a class that only slices what it stores."""
+    if python_list(expr):
+        return True
     if isinstance(expr, ast.Call):
         qual = analysis.imports.qualname(expr.func) or (
             expr.func.id if isinstance(expr.func, ast.Name) else None)
         if qual in api.TENSOR_DATASETS or qual in _INDEX_MAKERS:
             return True
         if isinstance(expr.func, ast.Name) and expr.func.id in analysis.index.classes:
-            return _slicing_dataset(analysis.index.classes[expr.func.id])
+            return _slicing_dataset(analysis, analysis.index.classes[expr.func.id])
     for node in ast.walk(expr):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _INDEX_METHODS:
@@ -174,6 +176,121 @@ def _in_memory_expr(analysis, expr: ast.AST, names: Dict[str, int]) -> bool:
     while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
         root = root.func if isinstance(root, ast.Call) else root.value
     return isinstance(root, ast.Name) and root.id in names and root is not expr
+
+
+# Builtins and methods that return a Python list (or tuple) already materialised in memory.
+_LIST_MAKERS = frozenset({"list", "sorted", "tuple"})
+_LIST_METHODS = frozenset({"tolist", "readlines", "splitlines", "split"})
+# Expressions whose value is a `str`: what a list of texts is made of.
+_STRING_METHODS = frozenset({"strip", "lstrip", "rstrip", "lower", "upper", "format",
+                             "replace", "join", "read", "decode", "title", "casefold"})
+
+
+def python_list(expr: ast.AST) -> bool:
+    """A list or tuple of Python objects built in memory: a display, a comprehension,
+    `list(...)` / `sorted(...)`, `df["text"].tolist()`, `f.readlines()`, `text.split()`.
+    A `DataLoader` over it only indexes the list: nothing to load per item."""
+    if isinstance(expr, (ast.List, ast.ListComp, ast.Tuple)):
+        return True
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id in _LIST_MAKERS:
+            return True
+        return isinstance(func, ast.Attribute) and func.attr in _LIST_METHODS
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return python_list(expr.left) and python_list(expr.right)
+    return False
+
+
+def list_of_strings(expr: ast.AST) -> bool:
+    """A Python list proven to hold `str` items (a display of string literals, a
+    comprehension whose element is a string, `f.readlines()`, `text.split()`): the loader
+    yields strings, which `pin_memory` leaves alone."""
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        return bool(expr.elts) and all(_string(e) for e in expr.elts)
+    if isinstance(expr, ast.ListComp):
+        return _string(expr.elt)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr in ("readlines", "splitlines") or (
+            expr.func.attr == "split" and _string(expr.func.value))
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return list_of_strings(expr.left) and list_of_strings(expr.right)
+    return False
+
+
+def _string(expr: ast.AST) -> bool:
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str)
+    if isinstance(expr, ast.JoinedStr):
+        return True
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name):
+            return func.id == "str"
+        return isinstance(func, ast.Attribute) and func.attr in _STRING_METHODS
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mod)):
+        return _string(expr.left)
+    return False
+
+
+def loader_items_are_strings(analysis, facts: FunctionFacts, loader: CallSite) -> bool:
+    """The `DataLoader(...)` iterates a list of strings (passed directly, or a name of the
+    same function bound only to such lists) with the default collation: its batches are
+    lists of `str`, and what the loop copies to the GPU is made in the loop, not pinned by
+    the loader."""
+    node = loader.node
+    arg = keyword(node, "dataset") or (node.args[0] if node.args else None)
+    if arg is None or keyword(node, "collate_fn") is not None:
+        return False
+    if not isinstance(arg, ast.Name):
+        return list_of_strings(arg)
+    values = _assigned_values(analysis, facts).get(arg.id)
+    return bool(values) and all(list_of_strings(v) for v in values)
+
+
+# torch functions that make a tensor of fresh values (noise, zeros, a fill): no data in it.
+FRESH_TENSOR_MAKERS = frozenset(f"torch.{n}" for n in (
+    "zeros ones empty full randn rand randint rand_like randn_like randint_like zeros_like "
+    "ones_like empty_like full_like".split()))
+
+
+def synthetic_tensor(analysis, facts: FunctionFacts, expr: ast.AST, depth: int = 3) -> bool:
+    """`expr` is a tensor of made-up values: a call of a fresh-tensor maker (its arguments
+    are shapes and fills), moved or cast (`torch.randn(1, 3, 224, 224).to(dev)`), or a name of
+    the same scope bound only to such tensors (a dummy input for a warm-up or a shape probe)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _CAST_METHODS:
+        expr = expr.func.value
+    if isinstance(expr, ast.Call):
+        return analysis.imports.qualname(expr.func) in FRESH_TENSOR_MAKERS
+    if isinstance(expr, ast.Name) and depth > 0:
+        values = _assigned_values(analysis, facts).get(expr.id)
+        return bool(values) and all(
+            isinstance(v, ast.Call) and synthetic_tensor(analysis, facts, v, depth - 1)
+            for v in values)
+    return False
+
+
+_CAST_METHODS = _CHEAP_ITEM_METHODS | {"to", "cuda", "half", "bfloat16"}
+
+
+@per_file("assigned_values", key_args=1)
+def _assigned_values(analysis, facts: FunctionFacts) -> Dict[str, list]:
+    """name -> every value a plain `name = value` of the scope assigns; None marks a name
+    also bound some other way (a loop target, unpacking, augmented assignment)."""
+    scope = facts.func.node if facts.func is not None else analysis.tree
+    values: Dict[str, list] = {}
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            values.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            values.setdefault(node.id, [])
+    counts: Dict[str, int] = {}
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    return {name: vals for name, vals in values.items() if counts.get(name) == len(vals)}
 
 
 @per_file("in_memory_names", key_args=1)
@@ -195,9 +312,17 @@ def _in_memory_names(analysis, facts: FunctionFacts) -> Dict[str, int]:
     return {name: line for name, line in names.items() if name not in spoiled}
 
 
-def _slicing_dataset(cls) -> bool:
-    """A dataset class whose `__getitem__` only indexes attributes of `self` (and casts or
-    reshapes the slices): no file reads, no transforms."""
+# Conversions of an item already in memory (`torch.tensor(self.ids[i])`): no loading.
+_ITEM_CONVERSIONS = frozenset({"torch.tensor", "torch.as_tensor", "torch.from_numpy",
+                               "torch.LongTensor", "torch.FloatTensor", "numpy.array",
+                               "numpy.asarray", "int", "float", "bool", "str", "len", "dict",
+                               "list", "tuple"})
+
+
+def _slicing_dataset(analysis, cls) -> bool:
+    """A dataset class whose `__getitem__` only indexes attributes of `self` (and casts,
+    reshapes or converts the slices: `torch.tensor(self.ids[i])`): no file reads, no
+    transforms."""
     getitem = cls.methods.get("__getitem__")
     if getitem is None:
         return False
@@ -205,7 +330,10 @@ def _slicing_dataset(cls) -> bool:
     for node in ast.walk(body):
         if isinstance(node, ast.Call):
             func = node.func
-            if not (isinstance(func, ast.Attribute) and func.attr in _CHEAP_ITEM_METHODS):
+            cheap = isinstance(func, ast.Attribute) and func.attr in _CHEAP_ITEM_METHODS
+            qualname = analysis.imports.qualname(func) or (
+                func.id if isinstance(func, ast.Name) else None)
+            if not cheap and qualname not in _ITEM_CONVERSIONS:
                 return False
         elif isinstance(node, (ast.With, ast.For, ast.While, ast.Try, ast.Lambda)):
             return False

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, iterated_expr, keyword, short
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
@@ -275,8 +276,9 @@ def _judge(analysis, facts, call: CallSite, loop_owner, loop_facts, loop) -> Opt
     if kind is None or synthetic_data(analysis, scope_of(analysis, facts), dataset, depth=6):
         return None           # random noise in any order is the same noise
     if loop is not None and (_carries_state(loop_owner, loop_facts, loop)
-                             or _reshuffles(loop_owner, loop_facts, loop)):
-        return None
+                             or _reshuffles(loop_owner, loop_facts, loop)
+                             or read_in_one_pass(loop_owner, loop_facts, loop)):
+        return None           # no epochs to see the same order twice
     if ddp_wraps(analysis) and sharding_reason(analysis, facts, call) is None:
         return None           # TPF008 reports this loader (its fix shuffles too)
     if _replaced_by_unknown_call(analysis, call):
@@ -567,7 +569,8 @@ def _constructed_kind(analysis, facts, call: ast.Call) -> Optional[str]:
     cls, owner = _project_class(analysis, call, qual)
     if cls is None:
         return None
-    if not _map_style_class(owner, cls) or _class_draws_randomness(owner, cls):
+    if not _map_style_class(owner, cls) or _class_draws_randomness(owner, cls) \
+            or _samples_drawn_in_constructor(owner, cls):
         return None
     return f"`{cls.name}`, a map-style dataset (it defines `__getitem__`)"
 
@@ -689,6 +692,84 @@ def _draws_in(analysis, expr: ast.expr, cls) -> bool:
     return False
 
 
+def _samples_drawn_in_constructor(analysis, cls) -> bool:
+    """A synthetic dataset: everything `__getitem__` reads of `self` was drawn at random
+    when the object was built (`self.data = torch.randn(n, d)` in `__init__`, labels computed
+    from those draws), so every sample is an independent draw and any order reads the same
+    noise. Real data mixed in (`data + torch.randn_like(data)`, a loaded file) does not
+    count: only draws, literals, the constructor's parameters as sizes, and other drawn
+    attributes may make up such an attribute."""
+    getitem = cls.methods.get("__getitem__")
+    init = cls.methods.get("__init__")
+    if getitem is None or init is None or not getitem.params:
+        return False
+    read = {node.attr for node in ast.walk(getitem.node)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name) and node.value.id == getitem.params[0]}
+    drawn = _drawn_attributes(analysis, cls, init)
+    return bool(read) and read <= drawn
+
+
+def _drawn_attributes(analysis, cls, init) -> set:
+    """Attributes of `self` stored only in `__init__`, each time from random draws alone."""
+    stores: Dict[str, List[ast.expr]] = {}
+    for method in cls.methods.values():
+        for node in ast.walk(method.node):
+            for target, value in _attribute_assignments(node, method):
+                stores.setdefault(target, []).append(value if method is init else None)
+    drawn: set = set()
+    for _ in range(3):      # labels computed from the drawn features come after them
+        drawn |= {attr for attr, values in stores.items()
+                  if all(v is not None and _only_draws(analysis, v, drawn, init) for v in values)}
+    return drawn
+
+
+def _attribute_assignments(node: ast.AST, method):
+    """(attribute, value) for each `self.x = value` / `self.x += value` statement in `node`;
+    (attribute, None) where the value is not one expression of its own (tuple unpacking)."""
+    receiver = method.params[0] if method.params else None
+    if isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets, value = [node.target], None
+    else:
+        return []
+    out = []
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) \
+                    and sub.value.id == receiver and isinstance(sub.ctx, ast.Store):
+                out.append((sub.attr, value if sub is target else None))
+    return out
+
+
+def _only_draws(analysis, expr: ast.expr, drawn: set, init) -> bool:
+    """`expr` is made of random draws: a draw call (its arguments are sizes), arithmetic
+    and methods of draws (`torch.randn(n, d).float()`, `(x.sum(1) > 0).long()`), literals
+    and attributes already proven drawn; no other name, no other call's result."""
+    if isinstance(expr, ast.Constant):
+        return True
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
+            and expr.value.id == init.params[0]:
+        return expr.attr in drawn
+    if isinstance(expr, ast.Call):
+        qual = analysis.imports.qualname(expr.func) or ""
+        if qual in api.TORCH_DRAWS or qual.startswith("numpy.random.") and qual not in ORDER_DRAWS:
+            return True
+        func = expr.func
+        if isinstance(func, ast.Attribute) and qual == "":
+            return _only_draws(analysis, func.value, drawn, init) or (
+                func.attr in api.TENSOR_INPLACE_DRAWS)
+        return False
+    if isinstance(expr, ast.BinOp):
+        return _only_draws(analysis, expr.left, drawn, init) and \
+            _only_draws(analysis, expr.right, drawn, init)
+    if isinstance(expr, (ast.Compare, ast.UnaryOp)):
+        parts = [expr.operand] if isinstance(expr, ast.UnaryOp) else [expr.left, *expr.comparators]
+        return all(_only_draws(analysis, part, drawn, init) for part in parts)
+    return False
+
+
 # ---------------------------------------------------------------------------- the loop
 def _carries_state(analysis, facts, loop) -> bool:
     """A forward in the loop takes a state the loop carries over (`model(x, hidden)`): the
@@ -702,6 +783,38 @@ def _carries_state(analysis, facts, loop) -> bool:
             if text and _CARRIED_STATE.match(text.rsplit(".", 1)[-1]):
                 return True
     return False
+
+
+# How many callers up a function is followed to prove it runs once.
+_ONCE_DEPTH = 3
+
+
+def read_in_one_pass(analysis, facts, loop) -> bool:
+    """The loop runs once in the program: no loop encloses it in its function, and the
+    function runs once (module code; or a function of this file called exactly once, outside
+    any loop, from code that runs once, and named nowhere else: not handed on as a value).
+    A function the file never calls may be called per epoch from elsewhere: not once."""
+    if facts.loop_parents.get(loop) is not None:
+        return False
+    return _runs_once(analysis, facts.func, _ONCE_DEPTH)
+
+
+def _runs_once(analysis, func, depth: int) -> bool:
+    if func is None:
+        return True           # module code runs once
+    callers = analysis.callers(func)
+    if depth <= 0 or len(callers) != 1 or _named(analysis, func.name) != 1:
+        return False      # called twice (`train(loader)` again to fine-tune) is two passes
+    caller, call = callers[0]
+    return not call.site.loops and _runs_once(analysis, caller.func, depth - 1)
+
+
+@per_file("shuffling_named")
+def _named(analysis, name: str) -> int:
+    """How often the file names `name` (as a variable or an attribute), calls included."""
+    return sum(1 for node in ast.walk(analysis.tree)
+               if isinstance(node, ast.Name) and node.id == name
+               or isinstance(node, ast.Attribute) and node.attr == name)
 
 
 def _reshuffles(analysis, facts, loop) -> bool:

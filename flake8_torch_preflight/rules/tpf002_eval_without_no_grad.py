@@ -60,8 +60,11 @@ or the function is called by a module's `forward` (`predict_noise()` inside a di
 A method of an `nn.Module` class is not evaluation code by its name alone (`inference()`,
 `predict_values()`, `evaluate_actions()` are a model's interface: PPO trains through
 `evaluate_actions`, and evaluation scripts call `inference()` under their own `no_grad`).
-Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. Only one
-finding per evaluation scope.
+Tokenizers, `model.generate(...)` and `torch.jit.trace(...)` are not forward calls. A
+warm-up or shape-probe forward (every argument a tensor of made-up values such as
+`torch.randn(1, 3, 224, 224)` or zeros, the output dropped) evaluates nothing and keeps no
+graph after it returns: it is not reported, and the evaluation is judged at its own
+forwards. Only one finding per evaluation scope.
 A model of a kind the file does not show (a parameter named `predictor`, a library class, a
 factory, `torch.load(...)`) is a module once `x.eval()` was called on it earlier in the same
 scope; without that call it stays unknown and its calls are not forward passes, and in a file
@@ -79,6 +82,8 @@ from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
 from ..analysis.astutil import assigns_self_attribute, short
 from ..analysis.classes import module_like
+from ..analysis.constants import unreachable
+from ..analysis.device import synthetic_tensor
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -90,49 +95,94 @@ class EvalWithoutNoGrad(Rule):
     fix_safety = "safe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        trained = frozenset()   # lines of graphs that some backward in the file runs through
+        trained = _trained_graphs(analysis)
         for facts in analysis.all_facts():
-            for backward in facts.backwards:
-                trained = V.union_graphs(trained, backward.value.graphs)
-        for facts in analysis.all_facts():
-            func = facts.func
-            owner = analysis.framework_owned(func)
-            if owner and not (owner == "HF Trainer" and _own_hf_evaluation(facts)):
+            if not _judged(analysis, facts):
                 continue
-            if func is not None and analysis.wrapped_in_no_grad_by_caller(func):
-                continue
-            if analysis.is_test_file and func is not None and _pytest_test(func):
-                continue   # a unit test's forward after `eval()` checks outputs, not memory
             reported = set()
-            calls = None
-            for forward in facts.forwards:
+            for forward, reason in _recording_evaluation_forwards(analysis, facts, trained):
                 site = forward.site
-                if site.no_grad or forward.module.has(V.LOSS_FN):
-                    continue
-                if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
-                    if calls is None:
-                        calls = {id(c.node): c for c in facts.calls}
-                    call = calls.get(id(site.node))
-                    if call is None or not any(a.grad for a in call.args):
-                        continue   # a metric module on graph-free inputs records nothing
-                reason = analysis.evaluation_reason(facts, site)
-                if reason is None or analysis.scope_does(facts, site, Does.DIFFERENTIATE):
-                    continue
-                if "by its name" in reason and _model_api(analysis, func):
-                    continue   # `Policy.evaluate_actions()`: its callers decide the grad mode
-                if _feeds_training(forward, trained) or _called_by_forward(analysis, func):
-                    continue   # `predict_noise()` / `infer_logits()` feed a training loss
-                scope = site.loops[-1] if site.loops else func
+                scope = site.loops[-1] if site.loops else facts.func
                 if scope in reported:
                     continue
                 reported.add(scope)
-                fix, plan, unsafe = _fix(analysis, func, reason)
-                yield self.finding(
-                    site,
-                    f"forward pass `{forward.text}` in evaluation code records autograd history",
-                    f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller wraps "
-                    f"it, and no backward runs there, so activations are kept for nothing",
-                    fix, plan=plan, no_autofix=unsafe)
+                yield self._report(analysis, facts.func, forward, reason)
+
+    def _report(self, analysis: FileAnalysis, func, forward, reason: str) -> Finding:
+        fix, plan, unsafe = _fix(analysis, func, reason)
+        return self.finding(
+            forward.site,
+            f"forward pass `{forward.text}` in evaluation code records autograd history",
+            f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller wraps "
+            f"it, and no backward runs there, so activations are kept for nothing",
+            fix, plan=plan, no_autofix=unsafe)
+
+
+def _trained_graphs(analysis: FileAnalysis) -> frozenset:
+    """Lines of graphs that some backward in the file runs through."""
+    trained = frozenset()
+    for facts in analysis.all_facts():
+        for backward in facts.backwards:
+            trained = V.union_graphs(trained, backward.value.graphs)
+    return trained
+
+
+def _judged(analysis: FileAnalysis, facts) -> bool:
+    """The scope is ours to judge: not a framework hook that disables grad itself (an HF
+    evaluation override that skips `super()` is), not wrapped in `no_grad` by a caller of
+    the file, not a pytest test."""
+    func = facts.func
+    owner = analysis.framework_owned(func)
+    if owner and not (owner == "HF Trainer" and _own_hf_evaluation(facts)):
+        return False
+    if func is not None and analysis.wrapped_in_no_grad_by_caller(func):
+        return False
+    # a unit test's forward after `eval()` checks outputs, not memory
+    return not (analysis.is_test_file and func is not None and _pytest_test(func))
+
+
+def _recording_evaluation_forwards(analysis: FileAnalysis, facts, trained) -> Iterator:
+    """(forward, why it is evaluation) for each forward of the scope that records autograd
+    history in evaluation code, in source order."""
+    func = facts.func
+    calls = None
+    for forward in facts.forwards:
+        site = forward.site
+        if site.no_grad or forward.module.has(V.LOSS_FN) or unreachable(analysis, facts, site):
+            continue
+        if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
+            if calls is None:
+                calls = {id(c.node): c for c in facts.calls}
+            call = calls.get(id(site.node))
+            if call is None or not any(a.grad for a in call.args):
+                continue   # a metric module on graph-free inputs records nothing
+        if _warm_up(analysis, facts, forward):
+            continue       # made-up input, output dropped: no evaluation, no graph kept
+        reason = analysis.evaluation_reason(facts, site)
+        if reason is None or analysis.scope_does(facts, site, Does.DIFFERENTIATE):
+            continue
+        if "by its name" in reason and _model_api(analysis, func):
+            continue   # `Policy.evaluate_actions()`: its callers decide the grad mode
+        if _feeds_training(forward, trained) or _called_by_forward(analysis, func):
+            continue   # `predict_noise()` / `infer_logits()` feed a training loss
+        yield forward, reason
+
+
+def _warm_up(analysis: FileAnalysis, facts, forward) -> bool:
+    """A warm-up (or shape-probe) forward: every argument is a tensor of made-up values
+    (`torch.randn(1, 3, 224, 224)`, zeros) and the output is dropped (an expression
+    statement, or bound to `_`). It evaluates nothing, and its graph is freed as soon as
+    the call returns, so it keeps no activations; the evaluation itself is judged at its
+    own forwards."""
+    node = forward.site.node
+    if not isinstance(node, ast.Call) or not (node.args or node.keywords):
+        return False
+    stmt = forward.site.stmt
+    dropped = isinstance(stmt, ast.Expr) and stmt.value is node or (
+        isinstance(stmt, ast.Assign) and stmt.value is node
+        and all(isinstance(t, ast.Name) and t.id == "_" for t in stmt.targets))
+    arguments = list(node.args) + [kw.value for kw in node.keywords]
+    return dropped and all(synthetic_tensor(analysis, facts, a) for a in arguments)
 
 
 def _fix(analysis: FileAnalysis, func, reason: str):

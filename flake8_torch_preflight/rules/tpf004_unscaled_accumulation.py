@@ -15,12 +15,22 @@ analysis (`analysis/accumulation.py`) recognises:
   after it.
 
 What the summed gradients do depends on the optimizer, which the analysis traces to its
-construction: with SGD-style optimizers the step is k× too large; Adam-style optimizers are
-nearly scale-invariant, so the rule reports them only where the scale still matters: a
-gradient clip in the window or, after a micro-batch loop, before its step (it sees k× the
-gradient, so it clips far more than intended) or
-an L2 `weight_decay` coupled to the gradient (k× weaker). An optimizer it cannot trace is
-reported with both effects spelled out.
+construction, and the level follows it:
+
+- **error** for SGD-style optimizers (SGD, with or without momentum, ASGD): the step is k×
+  too large;
+- **warning** for Adam-style optimizers where the scale still matters: a gradient clip in
+  the window or, after a micro-batch loop, before its step (it sees k× the gradient, so it
+  clips far more than intended), or an L2 `weight_decay` coupled to the gradient (`Adam`,
+  `RMSprop`, `Adagrad`…: k× weaker); the update direction is kept, a hyperparameter is
+  silently changed;
+- **warning** for an optimizer it cannot trace, with both effects spelled out;
+- nothing for an Adam-style optimizer with no clip and no coupled decay. Its update
+  `m / (sqrt(v) + eps)` is unchanged when every gradient is k× larger, except that `eps`
+  acts k× smaller (negligible at its usual 1e-8, and nothing to fix); AdamW's, Lion's and
+  Adafactor's decoupled decay (`θ -= lr·λ·θ`) never sees the gradient, so an AdamW with
+  `weight_decay` is harmless too. A coupled `weight_decay` given by a variable (not a
+  literal above 0) is not proven to be on, and stays quiet.
 
 ## Why is this bad?
 Gradients of the accumulated micro-batches are summed. With SGD and a learning rate tuned
@@ -101,7 +111,7 @@ from ..analysis.epochs import argument_for
 from ..analysis.events import Backward, LocalCall
 from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls, is_clip,
                                    stepped_optimizer)
-from ..findings import ERROR, Finding
+from ..findings import ERROR, WARNING, Finding
 from .base import Rule
 
 
@@ -132,8 +142,9 @@ class UnscaledAccumulation(Rule):
             for record, where in undivided:
                 yield self._report(window, record, where, effect)
 
-    def _report(self, window: Window, record, where: str, effect: Tuple[str, str]) -> Finding:
-        what, why = effect
+    def _report(self, window: Window, record, where: str,
+                effect: Tuple[str, str, str]) -> Finding:
+        what, why, level = effect
         site = record.site
         value = record.value if isinstance(record, Backward) else None
         origin = value.origin if value is not None else None
@@ -145,7 +156,7 @@ class UnscaledAccumulation(Rule):
             f"backward at line {site.line} runs on every micro-step of the loop at line "
             f"{window.loop.lineno}, the optimizer steps {window.gate.describe()}, and the loss "
             f"from {made} is never divided; {why}",
-            f"divide the loss by {count} before its backward")
+            f"divide the loss by {count} before its backward", level)
 
 
 def _scales_gradients(analysis, window: Window) -> bool:
@@ -205,8 +216,12 @@ def _parameters_of(arg: ast.expr, models: set) -> bool:
                and dotted(node.func.value) in models for node in ast.walk(arg))
 
 
-def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:
-    """(what the sum does, why) for the optimizer the window steps; None where it is harmless."""
+def _effect(analysis, window: Window) -> Optional[Tuple[str, str, str]]:
+    """(what the sum does, why, level) for the optimizer the window steps; None where it is
+    harmless. The level follows what is proven: an SGD-style step k× too large is an error;
+    under an Adam-style optimizer only a clip threshold or a coupled L2 decay sees the scale
+    (a hyperparameter silently changed, the update direction kept): a warning; an optimizer
+    that could not be traced may be either: a warning that says both."""
     kind = stepped_optimizer(analysis, window.facts, window.first_step)
     clips = _window_clips(analysis, window)
     clip = f"the clip at line {clips[0].site.line}" if clips else None
@@ -214,20 +229,20 @@ def _effect(analysis, window: Window) -> Optional[Tuple[str, str]]:
     if kind.family == SGD_LIKE:
         return (f"each {kind.name} step is {k} too large",
                 f"{kind.shown} applies the summed gradient as it is: an effective learning "
-                f"rate × k")
+                f"rate × k", ERROR)
     if kind.family == SCALE_INVARIANT:
         if clip:
             return (f"{clip} sees {k} the gradient of one batch and clips far more than its "
-                    f"threshold intends", _adaptive(kind))
+                    f"threshold intends", _adaptive(kind), WARNING)
         if kind.coupled_decay:
             return (f"{kind.name}'s L2 `weight_decay` is {k} weaker against the summed "
-                    f"gradients", _adaptive(kind))
+                    f"gradients", _adaptive(kind), WARNING)
         return None
     seen = f"{clip} sees" if clip else "clipping and logged norms would see"
-    return (f"each step applies {k} the mean gradient",
+    return (f"each step receives {k} the mean gradient",
             f"the optimizer could not be traced to its construction: under SGD the step is k× "
             f"too large; Adam-style optimizers are nearly scale-invariant, but {seen} k× the "
-            f"gradient")
+            f"gradient", WARNING)
 
 
 def _window_clips(analysis, window: Window) -> list:

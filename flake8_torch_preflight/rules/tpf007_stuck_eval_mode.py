@@ -64,17 +64,22 @@ evaluation helper) is not the model's next training step. Calls that return the 
 itself are seen through (`model.to(device).train()`), and a `train()` on a value the
 analysis cannot identify (`task.get_trainable_module().train()`) inside a function that
 trains counts for any model. Each `eval()` call is reported once.
-Quiet when the model is a class of the project proven to behave the same in both modes (its
+Quiet when the model is proven to behave the same in both modes: a class of the project (its
 `__init__` builds only `torch.nn` layers without dropout or batch-norm, and nothing reads
-`self.training`): `eval()` left on changes nothing there. A library model (torchvision, Hugging
-Face) is never proven so.
+`self.training`), or a `torch.nn` container built in place from such layers
+(`nn.Sequential(nn.Linear(...), nn.ReLU(), ...)`, in a script or a notebook cell); a model
+that reaches the function as a parameter is judged by what every call of the file passes.
+`eval()` left on changes nothing there. A library model (torchvision, Hugging Face) and a
+wrapper (`DDP(build_model())`) are never proven so.
 """
 from __future__ import annotations
 
 from typing import FrozenSet, Iterator, List
 
 from ..analysis import Does, FileAnalysis
-from ..analysis.classes import mode_free
+from ..analysis.classes import mode_free_module
+from ..analysis.constants import unreachable
+from ..analysis.epochs import resolve_values
 from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules, function_events,
                               last_iteration_only, loop_events, optimized_modules, related)
 from ..findings import ERROR, Finding
@@ -82,15 +87,20 @@ from .base import Rule
 
 
 def _mode_free_model(analysis, facts, receiver) -> bool:
-    """The model switched to eval is a class of the project proven to behave the same in both
-    modes (no dropout, no batch-norm): eval() left on changes nothing."""
+    """The model switched to eval is proven to behave the same in both modes (no dropout, no
+    batch-norm): a class of the project, or a `torch.nn` container of such layers; a
+    parameter is judged by what every caller of the file passes. eval() left on changes
+    nothing there."""
     if receiver is None:
         return False
     value = facts.env.get(receiver) or analysis.global_env.get(receiver)
     if value is None and receiver.startswith("self.") and facts.func is not None \
             and facts.func.cls is not None:
         value = analysis.class_attr(facts.func.cls, receiver)
-    return value is not None and mode_free(analysis, value.cls)
+    if value is None:
+        return False
+    values = resolve_values(analysis, facts, value)
+    return bool(values) and all(not v.params and mode_free_module(analysis, v) for v in values)
 
 
 def _trains_another(events: List[ModeEvent], work: ModeEvent, receiver) -> bool:
@@ -146,8 +156,9 @@ class StuckEvalMode(Rule):
                     if key in reported:
                         continue
                     work = self._stuck(events, i, loop, exits, frozen, optimized)
-                    if work is None or _mode_free_model(analysis, facts, event.receiver):
-                        continue
+                    if work is None or _mode_free_model(analysis, facts, event.receiver) \
+                            or unreachable(analysis, facts, event.site):
+                        continue   # changes nothing, or in a branch this program never takes
                     reported.add(key)
                     yield self._report(event, work, loop)
 

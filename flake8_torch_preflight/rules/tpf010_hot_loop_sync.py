@@ -52,7 +52,10 @@ No autofix: moving the sync behind a logging interval changes what is logged.
 
 ## Known limits
 Quiet under any `if` inside the training loop (a logging interval `if step % k == 0`, an
-opt-in flag, a checkpoint-step guard), after the loop, in evaluation code, in files with
+opt-in flag, a checkpoint-step guard), in a branch this program never takes (`if
+self.autobalance:` where every construction of the class in the file leaves that `__init__`
+parameter at its `False` default: `analysis/constants.py`), after the loop, in evaluation
+code, in files with
 no sign of CUDA, for Python numbers (`float(step)`), and for syncs whose result the loop
 needs (`if not math.isfinite(loss.item())`). Tensor-ness comes from the flow analysis: a
 tensor returned by another package's function is not recognised. Implicit syncs (`if t:`,
@@ -71,6 +74,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from ..analysis import FileAnalysis
 from ..analysis import values as V
 from ..analysis.astutil import short
+from ..analysis.constants import unreachable
 from ..analysis.device import cuda_evidence, encloses, hot_reason, step_loops
 from ..analysis.events import CallSite, FunctionFacts
 from ..analysis.memo import per_file
@@ -118,8 +122,8 @@ class HotLoopSync(Rule):
         notes: Dict[object, List[Tuple[CallSite, str]]] = {}
         for call in facts.calls:
             site = call.site
-            if any(c.counter for c in site.conds):
-                continue
+            if any(c.counter for c in site.conds) or unreachable(analysis, facts, site):
+                continue   # an interval guard, or a branch this program never takes
             if call.qualname == "torch.cuda.synchronize":
                 where = self._per_step(loops, hot, site)
                 if where is None or timing or analysis.evaluation_reason(facts, site):
@@ -151,6 +155,10 @@ class HotLoopSync(Rule):
             use = _logging_use(facts, call)
             if use is not None and not _buffer_fed_back(facts, call, where[0]):
                 notes.setdefault(where[0], []).append((call, f"{use}; {where[1]}"))
+        yield from self._logging_notes(analysis, facts, notes)
+
+    def _logging_notes(self, analysis, facts: FunctionFacts, notes) -> Iterator[Finding]:
+        """One note per scope for the syncs made every step only to log, at the first."""
         for scope, items in notes.items():
             call, why = min(items, key=lambda item: item[0].site.line)
             others = sorted({c.site.line for c, _ in items} - {call.site.line})
@@ -310,7 +318,8 @@ def _per_element_sync(analysis, func) -> Optional[Tuple[str, int, int, object]]:
         # a test inside the loop filters elements (`if p.grad is not None`); one around the
         # loop, or a counter, is a guard
         conds = call.site.conds
-        if call.site.loops and not any(c.depth == 0 or c.counter for c in conds):
+        if call.site.loops and not any(c.depth == 0 or c.counter for c in conds) \
+                and not unreachable(analysis, facts, call.site):
             sync = _sync(call)
             if sync is not None:
                 return sync, call.site.line, call.site.loops[-1].lineno, func

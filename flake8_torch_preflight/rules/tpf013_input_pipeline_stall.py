@@ -10,10 +10,14 @@
   loop, returned by Lightning's `train_dataloader`, or built with `shuffle=True`) with
   `num_workers` absent or `0` (unless it iterates data already in memory and has no
   `collate_fn`: a `TensorDataset`, an index range or index tensor such as `range(n)` or
-  `mask.nonzero().view(-1)`, or a dataset class of the file whose `__getitem__` only slices
-  the tensors it stores), or with no `pin_memory=True` while the loop copies
-  batches with `.to(..., non_blocking=True)` (a batch: a name the loop binds, or a
-  parameter of a per-step helper; not a module or an EMA copy moved between steps).
+  `mask.nonzero().view(-1)`, a Python list or tuple (a display, a comprehension,
+  `list(...)`, `.tolist()`, `.readlines()`), or a dataset class of the file whose
+  `__getitem__` only slices what it stores, casting or wrapping the slice
+  (`torch.tensor(self.ids[i])`)), or with no `pin_memory=True` while the loop
+  copies batches with `.to(..., non_blocking=True)` (a batch: a name the loop binds, or a
+  parameter of a per-step helper; not a module or an EMA copy moved between steps; not for
+  a loader of strings, whose batches the loop turns into tensors itself, so the loader has
+  nothing to pin).
 
 ## Why is this bad?
 A transfer of the same tensor every step copies identical bytes over PCIe again and again
@@ -69,9 +73,10 @@ from ..analysis import Does, FileAnalysis
 from ..analysis import torchapi as api
 from ..analysis import values as V
 from ..analysis.astutil import dotted, keyword, short
+from ..analysis.constants import unreachable
 from ..analysis.device import (batch_transfer, cuda_evidence, hot_reason, in_memory_dataset,
-                               is_transfer, loop_mutations, loop_targets, non_blocking,
-                               step_loops, transfer_target)
+                               is_transfer, loader_items_are_strings, loop_mutations,
+                               loop_targets, non_blocking, step_loops, transfer_target)
 from ..analysis.events import CallSite, FunctionFacts
 from ..analysis.index import VAL_LOADER_RE
 from ..analysis.seeding import main_guard
@@ -100,25 +105,18 @@ class InputPipelineStall(Rule):
             return
         for call in facts.calls:
             site = call.site
-            if not is_transfer(facts, call) or analysis.evaluation_reason(facts, site):
+            if not is_transfer(facts, call) or analysis.evaluation_reason(facts, site) \
+                    or unreachable(analysis, facts, site):
                 continue
             text = dotted(call.node.func.value)
             recv = call.receiver or V.UNKNOWN
             if text is None:
                 continue
             module = recv.has(V.MODULE) and not (recv.grad or recv.has(V.TENSOR))
-            loop = next((lp for lp in loops if lp in site.loops), None)
-            if loop is None:
-                # A helper that runs every step: only modules are known to be the same object.
-                if hot is None or site.loops or site.conds or not module:
-                    continue
-                where = hot
-                inner = ()
-            else:
-                if site.conds_inside(loop):
-                    continue
-                inner = site.loops[site.loops.index(loop):]
-                where = f"inside the training loop at line {loop.lineno}"
+            placed = _every_step(loops, hot, site, module)
+            if placed is None:
+                continue
+            where, inner = placed
             why = self._invariant(analysis, facts, call, text, recv, module, inner, site)
             if why is None:
                 continue
@@ -138,32 +136,14 @@ class InputPipelineStall(Rule):
             return None   # `[g.to(dev) for g in blocks]`: a different object per element
         if not module and head != "self" and head not in facts.env:
             return None
-        stmt = site.stmt
-        self_assign = isinstance(stmt, ast.Assign) and stmt.value is call.node and all(
-            dotted(t) == text for t in stmt.targets)
-        prefixes = {text.rsplit(".", i)[0] for i in range(text.count(".") + 1)}
         # A tensor made in any enclosing loop (a fresh noise batch per epoch) is not
         # invariant; a module only needs to be the same object across the step loop.
-        for loop in (inner if module else site.loops):
-            rebound = set(facts.loop_rebinds.get(loop, ())) & prefixes
-            if rebound and not (module and self_assign and rebound == {text}):
-                return None
-            changed = loop_mutations(analysis, facts, loop)
-            if prefixes & changed and (not module or prefixes & loop_targets(loop)):
-                return None
-        target = transfer_target(call)
-        for other in facts.calls:
-            if other is call or (inner and inner[0] not in other.site.loops):
-                continue
-            if other.method in ("to", "cuda", "cpu") and other.qualname is None \
-                    and isinstance(other.node.func, ast.Attribute) \
-                    and dotted(other.node.func.value) == text \
-                    and (other.method == "cpu" or transfer_target(other) != target):
-                return None          # moved back and forth: deliberate (CPU) offloading
+        if _changed_in_loops(analysis, facts, call, text, module, inner if module else site.loops):
+            return None
+        if _moved_elsewhere(facts, call, text, inner):
+            return None          # moved back and forth: deliberate (CPU) offloading
         if module:
-            made = recv.node
-            if made is not None and inner and getattr(made, "lineno", 0) >= inner[0].lineno \
-                    and getattr(made, "end_lineno", 0) <= inner[0].end_lineno:
+            if _built_inside(recv.node, inner):
                 return None          # built inside the loop (folds, trials)
             return f"`{text}` is a module already moved by this call in the previous step"
         return f"`{text}` is bound before the loop and never rebound or changed in it"
@@ -178,45 +158,117 @@ class InputPipelineStall(Rule):
         fed = _host_fed(analysis)
         for facts in analysis.all_facts():
             for call in facts.calls:
-                if call.qualname not in api.DATALOADER_NAMES:
-                    continue
-                node = call.node
-                if any(kw.arg is None for kw in node.keywords):
-                    continue         # **kwargs may set them
-                name = _bound_name(call.site.stmt, node)
-                if name and VAL_LOADER_RE.match(name):
-                    continue
-                reason = training.get(id(node))
-                shuffle = keyword(node, "shuffle")
-                if reason is None and isinstance(shuffle, ast.Constant) and shuffle.value is True:
-                    reason = "built with `shuffle=True`"
+                reason = _training_reason(call, training)
                 if reason is None or (fed is None and "train_dataloader" not in reason):
                     continue         # batches never copied to the GPU: data already there
-                issues, fixes = [], []
-                workers = keyword(node, "num_workers")
-                if (workers is None or (isinstance(workers, ast.Constant) and workers.value == 0)) \
-                        and in_memory_dataset(analysis, facts, call) is None \
-                        and not _dataset_touched_by_training(analysis, facts, node):
-                    issues.append("batches are loaded in the training process "
-                                  f"(`num_workers` {'absent' if workers is None else '0'})")
-                    fixes.append("`num_workers=4` (or more)")
-                pin = keyword(node, "pin_memory")
-                if nb is not None and (pin is None or (isinstance(pin, ast.Constant)
-                                                       and pin.value is False)):
-                    issues.append(f"`.to(..., non_blocking=True)` at line {nb} copies from "
-                                  "pageable memory without `pin_memory=True`, so it blocks")
-                    fixes.append("`pin_memory=True`")
-                elif pin is None and fixes:
-                    fixes.append("`pin_memory=True`")
+                issues, fixes = _loader_issues(analysis, facts, call, nb)
                 if not issues:
                     continue
+                pin = keyword(call.node, "pin_memory")
                 yield self.finding(
                     call.site, "the GPU waits on the input pipeline of this training loader",
                     f"{'; '.join(issues)}; the loader is {reason}; the file targets CUDA "
                     f"({evidence[1]} line {evidence[0]})",
                     f"add {' and '.join(fixes)} to the `DataLoader(...)` call"
-                    + (_spawn_guard_advice(analysis) if "`num_workers=4` (or more)" in fixes else ""),
-                    NOTE, plan=_pin_memory_plan(node, pin, fixes))
+                    + (_spawn_guard_advice(analysis) if _WORKERS_FIX in fixes else ""),
+                    NOTE, plan=_pin_memory_plan(call.node, pin, fixes))
+
+
+_WORKERS_FIX = "`num_workers=4` (or more)"
+_PIN_FIX = "`pin_memory=True`"
+
+
+def _training_reason(call: CallSite, training: dict) -> Optional[str]:
+    """Why the `DataLoader(...)` call is a training loader whose settings we can read
+    (no `**kwargs`, not named for validation), or None."""
+    node = call.node
+    if call.qualname not in api.DATALOADER_NAMES or any(kw.arg is None for kw in node.keywords):
+        return None          # **kwargs may set them
+    name = _bound_name(call.site.stmt, node)
+    if name and VAL_LOADER_RE.match(name):
+        return None
+    reason = training.get(id(node))
+    shuffle = keyword(node, "shuffle")
+    if reason is None and isinstance(shuffle, ast.Constant) and shuffle.value is True:
+        reason = "built with `shuffle=True`"
+    return reason
+
+
+def _loader_issues(analysis, facts, call: CallSite, nb: Optional[int]):
+    """(what stalls, what to add) for one training loader. Workers are advised only where
+    items need loading (not an in-memory dataset); `pin_memory` only where the loader yields
+    the tensors the loop copies with `non_blocking=True` (not a list of strings, whose
+    batches the loop turns into tensors itself)."""
+    node = call.node
+    issues, fixes = [], []
+    workers = keyword(node, "num_workers")
+    if (workers is None or (isinstance(workers, ast.Constant) and workers.value == 0)) \
+            and in_memory_dataset(analysis, facts, call) is None \
+            and not _dataset_touched_by_training(analysis, facts, node):
+        issues.append("batches are loaded in the training process "
+                      f"(`num_workers` {'absent' if workers is None else '0'})")
+        fixes.append(_WORKERS_FIX)
+    pin = keyword(node, "pin_memory")
+    if loader_items_are_strings(analysis, facts, call):
+        return issues, fixes
+    if nb is not None and (pin is None or (isinstance(pin, ast.Constant) and pin.value is False)):
+        issues.append(f"`.to(..., non_blocking=True)` at line {nb} copies from "
+                      "pageable memory without `pin_memory=True`, so it blocks")
+        fixes.append(_PIN_FIX)
+    elif pin is None and fixes:
+        fixes.append(_PIN_FIX)
+    return issues, fixes
+
+
+def _every_step(loops, hot: Optional[str], site, module: bool):
+    """(where, the loops from the step loop inwards) when the transfer at `site` runs on
+    every training step with no `if` in the loop around it, or None."""
+    loop = next((lp for lp in loops if lp in site.loops), None)
+    if loop is None:
+        # A helper that runs every step: only modules are known to be the same object.
+        if hot is None or site.loops or site.conds or not module:
+            return None
+        return hot, ()
+    if site.conds_inside(loop):
+        return None
+    return f"inside the training loop at line {loop.lineno}", site.loops[site.loops.index(loop):]
+
+
+def _changed_in_loops(analysis, facts, call: CallSite, text: str, module: bool, loops) -> bool:
+    """`text` (or an object it is an attribute of) is rebound or changed in place in one of
+    `loops`; a module moved by `model = model.to(dev)` rebinds only itself, which is fine."""
+    stmt = call.site.stmt
+    self_assign = isinstance(stmt, ast.Assign) and stmt.value is call.node and all(
+        dotted(t) == text for t in stmt.targets)
+    prefixes = {text.rsplit(".", i)[0] for i in range(text.count(".") + 1)}
+    for loop in loops:
+        rebound = set(facts.loop_rebinds.get(loop, ())) & prefixes
+        if rebound and not (module and self_assign and rebound == {text}):
+            return True
+        changed = loop_mutations(analysis, facts, loop)
+        if prefixes & changed and (not module or prefixes & loop_targets(loop)):
+            return True
+    return False
+
+
+def _moved_elsewhere(facts, call: CallSite, text: str, inner) -> bool:
+    """Another call in the same loop moves `text` to another device (or back to the CPU)."""
+    target = transfer_target(call)
+    for other in facts.calls:
+        if other is call or (inner and inner[0] not in other.site.loops):
+            continue
+        if other.method in ("to", "cuda", "cpu") and other.qualname is None \
+                and isinstance(other.node.func, ast.Attribute) \
+                and dotted(other.node.func.value) == text \
+                and (other.method == "cpu" or transfer_target(other) != target):
+            return True
+    return False
+
+
+def _built_inside(made, inner) -> bool:
+    """The module was constructed inside the outermost loop of `inner`."""
+    return made is not None and bool(inner) and getattr(made, "lineno", 0) >= inner[0].lineno \
+        and getattr(made, "end_lineno", 0) <= inner[0].end_lineno
 
 
 def _spawn_guard_advice(analysis) -> str:
@@ -255,7 +307,7 @@ def _pin_memory_plan(node: ast.Call, pin, fixes) -> Optional[FixPlan]:
     """The autofix adds `pin_memory=True` when that is the whole advice (more workers is a
     judgement call) and the call can take a keyword: no `pin_memory` given, no `*args`, and
     fewer positional arguments than the parameter's position."""
-    if fixes != ["`pin_memory=True`"] or pin is not None:
+    if fixes != [_PIN_FIX] or pin is not None:
         return None
     if len(node.args) >= 8 or any(isinstance(a, ast.Starred) for a in node.args):
         return None

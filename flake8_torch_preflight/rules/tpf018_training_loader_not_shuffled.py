@@ -29,7 +29,12 @@ single-device `Trainer`, when:
   `set_epoch` call in the training loop or the loops around it; no order drawn once
   (`random_split`, `randperm` indices, a Hugging Face `.shuffle(seed=...)`);
 - the data is not random noise: a `TensorDataset` of fresh `torch.randn` draws (directly or
-  from a helper) reads the same in any order;
+  from a helper), or a dataset class whose `__getitem__` reads only attributes drawn at
+  random in its `__init__` (`self.x = torch.randn(n, d)`, labels computed from them), reads
+  the same in any order;
+- there are epochs: a loader read in one pass (no loop around the loop that reads it, in
+  module code or in a function the file calls exactly once, outside any loop, from code
+  that runs once) sees no order twice;
 - the training is not order-dependent: no forward in the loop takes a carried state
   (`model(x, hidden)`, `mems`, `past_key_values`).
 
