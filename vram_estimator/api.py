@@ -122,8 +122,13 @@ def guessed(v: Optional[Value]) -> bool:
     return v is None or v.guessed or v.source.startswith("default")
 
 
-def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[str, Value]:
-    """Fill defaults and derived settings; every default is marked as such."""
+def resolve(
+    values: Dict[str, Value],
+    target: Optional[Dict[str, Any]],
+    multi_rank: Optional[Dict[str, Value]] = None,
+) -> Dict[str, Value]:
+    """Fill defaults and derived settings; every default is marked as such.  ``multi_rank``:
+    what the launcher decides only with more than one rank (``ScriptFacts.multi_rank``)."""
     s = dict(values)
 
     def default(key: str, value: Any, why: str = "default") -> None:
@@ -168,7 +173,11 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
     if "world" not in s and target and target.get("count", 1) > 1:
         s["world"] = Value(int(target["count"]), f"GPU count of {target['name']}")
     default("world", 1)
+    if s["world"].value > 1:
+        for key, choice in (multi_rank or {}).items():
+            s.setdefault(key, choice)
     default("sharding", "ddp" if s["world"].value > 1 else "none")
+    _accumulation(s)
     default("offload", "none")
     default("checkpointing", "off")
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
@@ -179,6 +188,19 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
+
+
+def _accumulation(s: Dict[str, Value]) -> None:
+    """Gradient accumulation from the global batch: ``global / (micro-batch x world)``, as litgpt
+    (``global_batch_size``) and DeepSpeed (``train_batch_size``) derive it."""
+    total = s.get("global_batch")
+    if "grad_accum" in s or total is None or s["mode"].value != "train":
+        return
+    micro, world = s["batch"].value, s["world"].value
+    steps = int(total.value) // max(1, int(micro) * int(world))
+    if steps > 1:
+        why = f"{total.source}: global batch {total.value} / (micro-batch {micro} x {world} ranks)"
+        s["grad_accum"] = Value(steps, why, guessed=guessed(s["batch"]))
 
 
 def merge(
@@ -209,11 +231,16 @@ def target_of(values: Dict[str, Value], default_gpu: Optional[str]) -> Optional[
 # --------------------------------------------------------------------------- estimating
 
 
-def run(values: Dict[str, Value], default_gpu: Optional[str] = None, with_remedies: bool = True) -> Result:
+def run(
+    values: Dict[str, Value],
+    default_gpu: Optional[str] = None,
+    with_remedies: bool = True,
+    multi_rank: Optional[Dict[str, Value]] = None,
+) -> Result:
     target = target_of(values, default_gpu)
     if "model" not in values and "params" not in values:
         return Result(estimate=None)
-    settings = resolve(values, target)
+    settings = resolve(values, target, multi_rank)
     est = estimate(settings, target)
     result = Result(estimate=est)
     if target:
@@ -322,7 +349,7 @@ def estimate_source(
     if errors or result_error:
         result = Result(estimate=None)
     else:
-        result = run(values, default_gpu=gpu)
+        result = run(values, default_gpu=gpu, multi_rank=facts.multi_rank)
     result.errors = errors
     result.facts = facts
     result.input_error = result_error
@@ -381,7 +408,7 @@ def estimate_configs(configs: List[str], overrides: Optional[Dict[str, Any]] = N
     over, errors = parse_overrides(overrides or {})
     errors += [CommentError(line, 0, msg) for line, msg in problems.items]
     values = merge(facts, Comments(), over)
-    result = Result(estimate=None) if errors else run(values)
+    result = Result(estimate=None) if errors else run(values, multi_rank=facts.multi_rank)
     result.errors = errors
     result.facts = facts
     return result

@@ -228,6 +228,7 @@ LIMITS = {
     "world": 1 << 20,
     "lora": 1 << 16,
     "grad_accum": 1 << 20,
+    "global_batch": 1 << 30,
     "decoder_seq": 1 << 24,
     "params": 10**15,
 }

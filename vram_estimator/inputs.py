@@ -155,13 +155,14 @@ def apply_config_file(
         if explicit:
             raise InputError(
                 f"{path}: not a config format we read (torchtune, litgpt, axolotl, Hugging Face "
-                "arguments JSON/YAML, DeepSpeed JSON, accelerate config)"
+                "arguments JSON/YAML, DeepSpeed JSON, accelerate config, a shell script with a "
+                "torchrun / accelerate launch / deepspeed / tune run / litgpt line)"
             )
         return None
     base = os.path.basename(path)
     boost = EXPLICIT_PRIO if explicit else 0
     for setting in result.settings:
-        where = result.line(setting.field)
+        where = result.where(setting)
         source = f"{base}:{where}" if where else base
         source += f" ({setting.field})" if setting.field else ""
         value = setting.value
@@ -170,6 +171,9 @@ def apply_config_file(
             if model is None:
                 continue
             value = model
+        if setting.multi_rank:
+            facts.put_multi_rank(setting.key, value, source, where)
+            continue
         facts.put(setting.key, value, source, where, setting.prio + boost)
     facts.notes.append(f"{result.format} read from {path}")
     if depth < 2:

@@ -42,6 +42,9 @@ class ScriptFacts:
     configurator: Optional[int] = None  # line of exec(open('configurator.py').read())
     runtime_model: Optional[str] = None  # from_pretrained(name) with name set at run time
     errors: List[str] = field(default_factory=list)
+    # what the launcher decides only when the run has more than one rank (litgpt's
+    # ``if devices > 1: strategy = FSDPStrategy(...)``): applied by api.resolve once world > 1
+    multi_rank: Dict[str, Value] = field(default_factory=dict)
 
     def put(
         self, key: str, value: Any, source: str, line: Optional[int], prio: int, guessed: bool = False
@@ -56,11 +59,17 @@ class ScriptFacts:
         self.prio[key] = prio
         return True
 
+    def put_multi_rank(self, key: str, value: Any, source: str, line: Optional[int]) -> None:
+        """Record what the run uses when it has more than one rank; the first place wins."""
+        if value is not None and key not in self.multi_rank:
+            self.multi_rank[key] = Value(value, source, line)
+
 
 class ScriptState:
     """One script as read so far, and the questions handlers ask of it (see the module docstring)."""
 
     nodes: Dict[type, List[ast.AST]]  # the tree's nodes by kind, filled by the reader's first pass
+    conditional: set  # ids of the calls inside an ``if`` (filled by the same pass)
 
     def __init__(
         self, tree: ast.AST, filename: str, overrides: Optional[Dict[str, Tuple[Any, str, int]]] = None
@@ -106,6 +115,15 @@ class ScriptState:
 
     def put(self, key: str, value: Any, line: int, prio: int, how: str = "", guessed: bool = False) -> None:
         self.facts.put(key, value, self.src(line, how), line, prio, guessed)
+
+    def put_launch(self, call: ast.Call, key: str, value: Any, how: str) -> None:
+        """A launcher's choice (a strategy object): under an ``if`` it is what the run uses with
+        more than one rank (litgpt: ``if devices > 1: strategy = FSDPStrategy(...)``), else always."""
+        if id(call) in self.conditional:
+            source = self.src(call.lineno, how + ", with more than one rank")
+            self.facts.put_multi_rank(key, value, source, call.lineno)
+        else:
+            self.put(key, value, call.lineno, 3, how)
 
     def mark(self, what: str, line: int, why: str) -> None:
         self.facts.markers.setdefault(what, (line, why))
