@@ -17,10 +17,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import db
 from .config_comments import ATTENTIONS
-from .configs.formats import read_deepspeed
+from .configs.formats import read_deepspeed, torchtune_model_settings
+from .model_names import lit_llama_size
 from .script_state import ScriptState
 from .setting_names import optimizer_name
-from .tables import LIGHTNING_PRECISION, OPTIMIZER_CLASSES
+from .tables import LIGHTNING_PRECISION, LITGPT_LORA_ROLES, OPTIMIZER_CLASSES
 
 Handler = Callable[[ScriptState, ast.Call, str], None]
 
@@ -78,6 +79,8 @@ SEQ_KEYWORDS = ("max_length", "max_seq_length", "block_size", "seq_len")
 # optimizer options that replace torch's default foreach implementation (no step temporaries)
 UNFUSED = {"fused": True, "foreach": False}
 LIGHTNING_MODULES = ("lightning", "pytorch_lightning", "lightning_fabric")
+LIT_MODULES = ("litgpt", "lit_gpt", "lit_llama")
+LIT_CONFIG_OWNERS = ("Config", "GPT", "LLaMAConfig", "LLaMA")
 # FSDP sharding strategies (torch's ShardingStrategy names, as Lightning takes them)
 FSDP_STRATEGY_NAMES = {
     "full_shard": "fsdp",
@@ -99,6 +102,8 @@ def on_call(reader: ScriptState, call: ast.Call) -> None:
         handler = _optimizer
     if handler is None:
         handler = torchvision_handler(reader, q)
+    if handler is None and q.startswith("torchtune.models."):
+        handler = _torchtune_builder
     if handler is not None:
         handler(reader, call, q)
     _generic_keywords(reader, call, last)
@@ -183,6 +188,53 @@ def _bnb(reader: ScriptState, call: ast.Call, q: str) -> None:
         reader.put("precision", "nf4", call.lineno, 5, "BitsAndBytesConfig(load_in_4bit=True)")
     elif reader.value_of(call, "load_in_8bit")[0] is True:
         reader.put("precision", "int8", call.lineno, 5, "BitsAndBytesConfig(load_in_8bit=True)")
+
+
+def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """litgpt's ``Config.from_name("Llama-2-7b-hf")`` / ``GPT.from_name(...)``, lit-llama's
+    ``LLaMAConfig.from_name("7B")``; LoRA keywords (``lora_r=``, ``lora_query=``) too."""
+    owner = q.rsplit(".", 1)[0].split(".")[-1]
+    if owner not in LIT_CONFIG_OWNERS or not (q.startswith(LIT_MODULES) or q.count(".") == 1):
+        return
+    name, how = reader.value_of(call, "name", pos=0)
+    if not isinstance(name, str) or not name.strip():
+        return
+    size = lit_llama_size(name) if owner.startswith("LLaMA") else None
+    if size:
+        reader.put("model", size, call.lineno, 3, f"lit-llama {name}: {size}'s shape")
+    else:
+        reader.model_ref(name, call.lineno, how, prio=3)
+    rank, _ = reader.value_of(call, "lora_r")
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 < rank <= 1 << 16:
+        reader.put("lora", rank, call.lineno, 3, "lora_r=")
+    switched = [role for role in LITGPT_LORA_ROLES if reader.value_of(call, role)[0] is True]
+    roles = [m for role in switched for m in LITGPT_LORA_ROLES[role]]
+    if roles:
+        reader.put("lora_targets", roles, call.lineno, 3, "lora_* switches")
+
+
+def _lit_lora(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """lit-llama's ``with lora(r=8, alpha=16, dropout=0.05, enabled=True):``: adapters on the
+    query and value of the fused attention projection (``enable_lora=[True, False, True]``)."""
+    if not q.startswith(LIT_MODULES) or reader.value_of(call, "enabled")[0] is False:
+        return
+    rank, how = reader.value_of(call, "r")
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 < rank <= 1 << 16:
+        reader.put("lora", rank, call.lineno, 3, how or "lora(r=)")
+        reader.put("lora_targets", ["q_proj", "v_proj"], call.lineno, 2, "lit-llama LoRA: query and value")
+
+
+def _torchtune_builder(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """``torchtune.models.llama3_1.lora_llama3_1_8b(lora_attn_modules=[...], lora_rank=8)``: the
+    same builder a recipe's ``model._component_`` names."""
+    section: Dict[str, Any] = {"_component_": q}
+    for k in call.keywords:
+        if k.arg:
+            value, _ = reader.try_ev(k.value)
+            if value is not None:
+                section[k.arg] = value
+    for setting in torchtune_model_settings(section, field=q.rsplit(".", 1)[-1]):
+        reader.put(setting.key, setting.value, call.lineno, setting.prio - 1, setting.field)
 
 
 def _timm(reader: ScriptState, call: ast.Call, q: str) -> None:
@@ -654,6 +706,8 @@ HANDLERS: Dict[str, Handler] = {
     "DeepSpeedStrategy": _strategy_object,
     "DDPStrategy": _strategy_object,
     "get_default_supported_precision": _default_precision,
+    "from_name": _from_name,
+    "lora": _lit_lora,
     "autocast": _autocast,
     "GradScaler": _grad_scaler,
     "scaled_dot_product_attention": _sdpa,

@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import db
 from .hf_local import model_from_local
+from .model_names import suggestion_text
 
 PREFIX = re.compile(r"^#+\s*vram\s*:", re.I)
 
@@ -319,7 +320,7 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
             local = _local_model(text)
             if local is not None:
                 return local, None
-            near = db.suggestions(text[:_MAX_TEXT], db.model_names())
+            near = db.suggestions(suggestion_text(text)[:_MAX_TEXT], db.model_names())
             hint = f"did you mean {', '.join(near)}? " if near else ""
             return None, (
                 f"unknown model '{shown(text)}'; {hint}accepted: a built-in architecture or Hugging Face id "

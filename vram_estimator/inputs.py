@@ -28,6 +28,7 @@ from . import db
 from .configs import read_config
 from .folding import Folder
 from .hf_local import model_from_local
+from .model_names import closest_models, stored_precision
 from .script_state import ScriptFacts
 
 MAX_SCRIPT_BYTES = 10 << 20
@@ -170,6 +171,9 @@ def apply_config_file(
             model = resolve_model_text(value, os.path.dirname(path), problems, where or 1, source)
             if model is None:
                 continue
+            stored = stored_precision(value) if isinstance(value, str) else None
+            if stored:
+                facts.put("precision", stored, f"{source}: a pre-quantised checkpoint", where, 5 + boost)
             value = model
         if setting.multi_rank:
             facts.put_multi_rank(setting.key, value, source, where)
@@ -203,7 +207,7 @@ def apply_discovered(facts: ScriptFacts, script_path: Optional[str], problems: P
 
 
 def unknown_model_message(text: str, looked: List[str]) -> str:
-    near = db.suggestions(text[:64], db.model_names())
+    near = closest_models(text)
     hint = f" (closest built-in: {', '.join(near)})" if near else ""
     where = f"; looked in {', '.join(looked[:3])}" if looked else ""
     return (

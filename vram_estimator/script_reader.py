@@ -34,7 +34,7 @@ from collections import deque
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .call_handlers import on_call
-from .entrypoints import bind_statement, find_entry_points, finish_model_shape
+from .entrypoints import bind_statement, find_entry_points, finish_model_shape, module_lora_switches
 from .folding import Unknown
 from .inputs import parse_source
 from .script_state import ScriptFacts, ScriptState
@@ -59,6 +59,7 @@ class _Reader(ScriptState):
                 if q.endswith(("no_grad()", "inference_mode()")):
                     self.mark("inference", node.lineno, "no_grad/inference_mode")
         finish_model_shape(self)
+        module_lora_switches(self)
         self.fix_mode()
         return self.facts
 

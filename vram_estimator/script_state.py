@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import db
 from .config_comments import Value
 from .folding import Evaluate, Folder, Resolved
+from .model_names import stored_precision
 from .setting_names import dtype_name, interpret
 
 MAX_CHAIN = 64  # longer attribute/call chains are never names we know
@@ -191,6 +192,9 @@ class ScriptState:
         key = db.find_model(text) if len(text) <= 200 else None
         if key:
             self.put("model", key, line, prio, how)
+            stored = stored_precision(text)
+            if stored:  # below load_in_4bit= / BitsAndBytesConfig (5), above a torch_dtype= (2)
+                self.put("precision", stored, line, 4, f"'{text[:80]}' is a pre-quantised checkpoint")
         else:
             self.facts.unknown_models.append((text, line))
             self.facts.model_refs.append((text, line, how))
