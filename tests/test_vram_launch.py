@@ -116,6 +116,17 @@ def test_an_unconditional_fsdp_strategy_holds_on_its_own_devices():
     assert s["checkpointing"].value == "off"
 
 
+def test_a_strategy_under_the_main_guard_is_not_conditional_on_the_devices():
+    src = (
+        "import lightning as L\nfrom lightning.fabric.strategies import FSDPStrategy\n"
+        "if __name__ == '__main__':\n"
+        "    fabric = L.Fabric(devices=1, strategy=FSDPStrategy(activation_checkpointing_policy={Block}))\n"
+        "    fabric.backward(loss)\n# vram: model=gpt2\n"
+    )
+    s = settings(estimate_source(src, "t.py"))
+    assert s["checkpointing"].value == "on" and "more than one rank" not in s["checkpointing"].source
+
+
 def test_model_parallel_strategy_reads_the_parallelize_function():
     src = (
         "import lightning as L\nfrom lightning.fabric.strategies import ModelParallelStrategy\n"
@@ -401,3 +412,33 @@ def test_estimate_file_on_every_new_shape_never_raises(tmp_path):
         r = estimate_configs([path], overrides={"model": "gpt2"})
         assert r.input_error or r.estimate.settings["world"].source == "default"
         assert estimate_file(str(tmp_path / "missing.py"), configs=[path]).input_error
+
+
+# --------------------------------------------------------------------------- what is predicted
+
+def test_report_gives_allocated_reserved_and_the_cards_view(capsys):
+    main(["--model", "llama-2-7b", "--gpu", "a100-80gb", "--lora", "8", "--precision", "bf16", "--batch", "1"])
+    out = capsys.readouterr().out
+    rows = {line.split()[0] + " " + line.split()[1]: line for line in out.splitlines() if "interval" in line}
+    assert "torch.cuda.max_memory_allocated()" in rows["allocated peak"]
+    assert "torch.cuda.max_memory_reserved()" in rows["reserved peak"]
+    assert "nvidia-smi" in rows["card's view"] and "verdict compares this" in rows["card's view"]
+
+
+def test_json_carries_allocated_reserved_and_card_and_the_verdict_judges_the_card(capsys):
+    main(["--model", "llama-2-7b", "--gpu", "rtx4090", "--lora", "8", "--precision", "bf16", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    alloc, reserved, card, peak = doc["allocated"], doc["reserved"], doc["card"], doc["peak"]
+    assert alloc["measured_by"] == "torch.cuda.max_memory_allocated()"
+    assert {k: reserved[k] for k in peak} == peak  # 'peak' kept: the reserved peak
+    assert alloc["point"] <= reserved["point"] < card["point"]
+    assert card["point"] - reserved["point"] == doc["target"]["context"]
+    usable_card = doc["target"]["capacity"] - doc["target"]["reserve"]
+    expected = "fits" if card["upper"] <= usable_card else "oom" if card["lower"] > usable_card else "tight"
+    assert doc["verdict"] == expected
+
+
+def test_without_a_target_there_is_no_cards_view(capsys):
+    main(["--model", "gpt2", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert "card" not in doc and doc["allocated"]["point"] <= doc["reserved"]["point"]

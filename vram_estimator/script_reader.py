@@ -30,7 +30,6 @@ YAML configs, model folders) come back as references for :mod:`.inputs` to read.
 from __future__ import annotations
 
 import ast
-from collections import deque
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .call_handlers import on_call
@@ -64,24 +63,16 @@ class _Reader(ScriptState):
         return self.facts
 
     def index_nodes(self) -> None:
-        """One walk of the tree (breadth first, as ``ast.walk``), nodes kept by the kind each pass
-        reads (three walks of a 1 MB file cost seconds), and the calls that run only under an
-        ``if`` (a launcher's strategy chosen by the device count)."""
+        """One walk of the tree, nodes kept by the kind each pass reads (three walks of a 1 MB
+        file cost seconds)."""
         kinds = {ast.Call: ast.Call, ast.Import: ast.Import, ast.ImportFrom: ast.Import,
                  ast.FunctionDef: ast.FunctionDef, ast.AsyncFunctionDef: ast.FunctionDef,
-                 ast.With: ast.With, ast.AsyncWith: ast.With}
+                 ast.With: ast.With, ast.AsyncWith: ast.With, ast.If: ast.If}
         self.nodes = {k: [] for k in set(kinds.values())}
-        self.conditional = set()
-        todo = deque([(self.tree, False)])
-        while todo:
-            node, under_if = todo.popleft()
+        for node in ast.walk(self.tree):
             kind = kinds.get(type(node))
             if kind is not None:
                 self.nodes[kind].append(node)
-                if under_if and kind is ast.Call:
-                    self.conditional.add(id(node))
-            inner = under_if or isinstance(node, (ast.If, ast.IfExp))
-            todo.extend((child, inner) for child in ast.iter_child_nodes(node))
 
     def collect_imports(self) -> None:
         for node in self.nodes[ast.Import]:

@@ -70,7 +70,6 @@ class ScriptState:
     """One script as read so far, and the questions handlers ask of it (see the module docstring)."""
 
     nodes: Dict[type, List[ast.AST]]  # the tree's nodes by kind, filled by the reader's first pass
-    conditional: set  # ids of the calls inside an ``if`` (filled by the same pass)
 
     def __init__(
         self, tree: ast.AST, filename: str, overrides: Optional[Dict[str, Tuple[Any, str, int]]] = None
@@ -92,6 +91,7 @@ class ScriptState:
         self.overrides = overrides or {}  # configurator-style: name -> (value, source, line)
         self.folder = Folder(self._lookup)
         self.facts = ScriptFacts()
+        self._rank_conditional: Optional[set] = None
 
     # ----------------------------------------------------------------- names
 
@@ -118,13 +118,26 @@ class ScriptState:
         self.facts.put(key, value, self.src(line, how), line, prio, guessed)
 
     def put_launch(self, call: ast.Call, key: str, value: Any, how: str) -> None:
-        """A launcher's choice (a strategy object): under an ``if`` it is what the run uses with
-        more than one rank (litgpt: ``if devices > 1: strategy = FSDPStrategy(...)``), else always."""
-        if id(call) in self.conditional:
+        """A launcher's choice (a strategy object): under an ``if`` on the device count it is what
+        the run uses with more than one rank (litgpt: ``if devices > 1: strategy =
+        FSDPStrategy(...)``), else always."""
+        if id(call) in self.rank_conditional():
             source = self.src(call.lineno, how + ", with more than one rank")
             self.facts.put_multi_rank(key, value, source, call.lineno)
         else:
             self.put(key, value, call.lineno, 3, how)
+
+    def rank_conditional(self) -> set:
+        """Ids of the calls inside an ``if`` (either branch) whose test names a device or rank
+        count (``devices``, ``world_size``, ``num_gpus``, ...); computed once, on first use."""
+        if self._rank_conditional is None:
+            self._rank_conditional = set()
+            for branch in self.nodes.get(ast.If, []):
+                if _names_a_rank_count(branch.test):
+                    for stmt in branch.body + branch.orelse:
+                        calls = (n for n in ast.walk(stmt) if isinstance(n, ast.Call))
+                        self._rank_conditional.update(id(n) for n in calls)
+        return self._rank_conditional
 
     def mark(self, what: str, line: int, why: str) -> None:
         self.facts.markers.setdefault(what, (line, why))
@@ -223,3 +236,14 @@ class ScriptState:
                 self.facts.model_refs.append((canonical, line, how))
         else:
             self.put(setting, canonical, line, 1 + prio_base + rank, how)
+
+
+RANK_COUNT_WORDS = ("device", "world", "gpu", "nproc", "num_nodes", "node", "rank")
+
+
+def _names_a_rank_count(test: ast.AST) -> bool:
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        if name and any(word in name.lower() for word in RANK_COUNT_WORDS):
+            return True
+    return False
