@@ -279,6 +279,15 @@ def test_accelerate_fsdp_checkpointing_and_deepspeed_accumulation(tmp_path):
     assert (s["sharding"].value, s["grad_accum"].value, s["offload"].value) == ("zero2", 4, "optimizer")
 
 
+def test_accelerate_config_follows_its_deepspeed_config_file(tmp_path):
+    write(tmp_path, "zero3.json", json.dumps({"zero_optimization": {"stage": 3}}))
+    acc = write(tmp_path, "acc.yaml", (
+        "distributed_type: DEEPSPEED\nnum_processes: 8\ndeepspeed_config:\n"
+        "  deepspeed_config_file: zero3.json\n"))
+    s = settings(estimate_configs([acc], overrides={"model": "llama-2-7b"}))
+    assert s["sharding"].value == "zero3" and "zero3.json" in s["sharding"].source
+
+
 def test_deepspeed_json_global_batch_gives_the_accumulation(tmp_path):
     path = write(tmp_path, "ds.json", json.dumps({
         "train_batch_size": 64, "train_micro_batch_size_per_gpu": 4,

@@ -57,10 +57,12 @@ def read_config(path: str) -> ConfigRead:
         out.error = f"{path}: could not read its {out.format} ({exc.__class__.__name__})"
         return out
     data = out.doc.data
-    for key in ("deepspeed", "deepspeed_config_file"):
-        ref = data.get(key) if isinstance(data, dict) else None
-        if isinstance(ref, str) and ref.lower().endswith(".json"):
-            out.refs.append(ref)
+    nested = data.get("deepspeed_config") if isinstance(data, dict) else None  # accelerate's
+    for holder in (data, nested):
+        for key in ("deepspeed", "deepspeed_config_file"):
+            ref = holder.get(key) if isinstance(holder, dict) else None
+            if isinstance(ref, str) and ref.lower().endswith(".json"):
+                out.refs.append(ref)
     return out
 
 
