@@ -451,3 +451,20 @@ def test_without_a_target_there_is_no_cards_view(capsys):
     main(["--model", "gpt2", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert "card" not in doc and doc["allocated"]["point"] <= doc["reserved"]["point"]
+
+
+def test_litgpt_pretrain_yaml_shards_without_checkpointing(tmp_path):
+    path = write(tmp_path, "pretrain.yaml", (
+        "model_name: tiny-llama-1.1b\ndevices: 8\ntrain:\n  global_batch_size: 512\n  micro_batch_size: 4\n"
+        "  max_seq_length: 2048\n"))
+    s = settings(estimate_configs([path]))
+    assert s["model"].value == "tinyllama-1.1b" and s["sharding"].value == "fsdp"
+    assert s["checkpointing"].value == "off" and s["grad_accum"].value == 16
+
+
+def test_read_from_lists_the_accumulation_with_its_source(tmp_path, capsys):
+    path = write(tmp_path, "lora.yaml", LITGPT_YAML.format(quantize="null", devices=2))
+    main([path, "--gpu", "a100-80gb"])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("grad_accum"))
+    assert "global batch 16 / (micro-batch 2 x 2 ranks)" in line
