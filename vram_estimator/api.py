@@ -122,8 +122,13 @@ def guessed(v: Optional[Value]) -> bool:
     return v is None or v.guessed or v.source.startswith("default")
 
 
-def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[str, Value]:
-    """Fill defaults and derived settings; every default is marked as such."""
+def resolve(
+    values: Dict[str, Value],
+    target: Optional[Dict[str, Any]],
+    multi_rank: Optional[Dict[str, Value]] = None,
+) -> Dict[str, Value]:
+    """Fill defaults and derived settings; every default is marked as such.  ``multi_rank``:
+    what the launcher decides only with more than one rank (``ScriptFacts.multi_rank``)."""
     s = dict(values)
 
     def default(key: str, value: Any, why: str = "default") -> None:
@@ -154,21 +159,12 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
     if kind in ("cnn", "vit", "unet", "clip", "dit"):
         default("image", (spec.native_image if spec else 0) or 224, "default (model's native resolution)")
     if mode == "generate" and "seq" not in s and "context" in s:
-        new = s.get("new_tokens")
-        n_new = new.value if new else min(256, s["context"].value // 2)
-        prompt = max(1, s["context"].value - n_new)
-        s["seq"] = Value(prompt, s["context"].source + f" (prompt = context - {n_new} new tokens)")
+        _prompt_from_context(s)
     default("seq", spec.default_seq() if spec else 2048, "default (model-family typical length)")
     if mode == "generate" and "context" not in s:
-        new = s.get("new_tokens")
-        if new:
-            s["context"] = Value(s["seq"].value + new.value, f"{s['seq'].source} + {new.source}")
-        else:
-            s["context"] = Value(s["seq"].value + 256, "default (prompt + 256 new tokens)", guessed=True)
-    if "world" not in s and target and target.get("count", 1) > 1:
-        s["world"] = Value(int(target["count"]), f"GPU count of {target['name']}")
-    default("world", 1)
-    default("sharding", "ddp" if s["world"].value > 1 else "none")
+        _context_from_prompt(s)
+    _ranks(s, target, multi_rank or {})
+    _accumulation(s)
     default("offload", "none")
     default("checkpointing", "off")
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
@@ -179,6 +175,48 @@ def resolve(values: Dict[str, Value], target: Optional[Dict[str, Any]]) -> Dict[
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
+
+
+def _prompt_from_context(s: Dict[str, Value]) -> None:
+    new = s.get("new_tokens")
+    n_new = new.value if new else min(256, s["context"].value // 2)
+    prompt = max(1, s["context"].value - n_new)
+    s["seq"] = Value(prompt, s["context"].source + f" (prompt = context - {n_new} new tokens)")
+
+
+def _context_from_prompt(s: Dict[str, Value]) -> None:
+    new = s.get("new_tokens")
+    if new:
+        s["context"] = Value(s["seq"].value + new.value, f"{s['seq'].source} + {new.source}")
+    else:
+        s["context"] = Value(s["seq"].value + 256, "default (prompt + 256 new tokens)", guessed=True)
+
+
+def _ranks(s: Dict[str, Value], target: Optional[Dict[str, Any]], multi_rank: Dict[str, Value]) -> None:
+    """World (the instance's GPU count by default), what the launcher decides with more than one
+    rank, and the sharding (DDP by default with more than one)."""
+    if "world" not in s and target and target.get("count", 1) > 1:
+        s["world"] = Value(int(target["count"]), f"GPU count of {target['name']}")
+    if "world" not in s:
+        s["world"] = Value(1, "default", guessed=True)
+    if s["world"].value > 1:
+        for key, choice in multi_rank.items():
+            s.setdefault(key, choice)
+    if "sharding" not in s:
+        s["sharding"] = Value("ddp" if s["world"].value > 1 else "none", "default", guessed=True)
+
+
+def _accumulation(s: Dict[str, Value]) -> None:
+    """Gradient accumulation from the global batch: ``global / (micro-batch x world)``, as litgpt
+    (``global_batch_size``) and DeepSpeed (``train_batch_size``) derive it."""
+    total = s.get("global_batch")
+    if "grad_accum" in s or total is None or s["mode"].value != "train":
+        return
+    micro, world = s["batch"].value, s["world"].value
+    steps = int(total.value) // max(1, int(micro) * int(world))
+    if steps > 1:
+        why = f"{total.source}: global batch {total.value} / (micro-batch {micro} x {world} ranks)"
+        s["grad_accum"] = Value(steps, why, guessed=guessed(s["batch"]))
 
 
 def merge(
@@ -209,11 +247,16 @@ def target_of(values: Dict[str, Value], default_gpu: Optional[str]) -> Optional[
 # --------------------------------------------------------------------------- estimating
 
 
-def run(values: Dict[str, Value], default_gpu: Optional[str] = None, with_remedies: bool = True) -> Result:
+def run(
+    values: Dict[str, Value],
+    default_gpu: Optional[str] = None,
+    with_remedies: bool = True,
+    multi_rank: Optional[Dict[str, Value]] = None,
+) -> Result:
     target = target_of(values, default_gpu)
     if "model" not in values and "params" not in values:
         return Result(estimate=None)
-    settings = resolve(values, target)
+    settings = resolve(values, target, multi_rank)
     est = estimate(settings, target)
     result = Result(estimate=est)
     if target:
@@ -284,30 +327,8 @@ def estimate_source(
     tokens = comment_tokens if comment_tokens is not None else comments_from_source(source, tree)
     comments = read_comments(tokens)
     problems = Problems()
-    configurator: Dict[str, Tuple[Any, str, int]] = {}
-    yaml_configs = []
     try:
-        for path in configs or []:
-            if path.endswith(".py"):
-                configurator.update(read_configurator(path))
-            else:
-                yaml_configs.append(path)
-        facts = read_script(tree, filename, configurator) if tree is not None else ScriptFacts()
-        if configurator and facts.configurator is None and tree is not None:
-            facts.notes.append(
-                "the script has no exec(open('configurator.py').read()); the .py config still applies"
-            )
-            facts = _apply_configurator_anyway(tree, filename, configurator)
-        if "args_file" in facts.markers and not yaml_configs:
-            facts.notes.append(
-                f"line {facts.markers['args_file'][0]}: HfArgumentParser reads the run's arguments from the "
-                "command line or a JSON/YAML file; pass that file too (vram-estimate train.py args.json)"
-            )
-        if read_files:
-            apply_discovered(facts, filename, problems)
-            for path in yaml_configs:
-                apply_config_file(facts, path, True, problems)
-        model_problem = _model_problem(facts, filename, problems, read_files)
+        facts, model_problem = _read_inputs(tree, filename, configs or [], read_files, problems)
     except InputError as exc:
         return Result(estimate=None, input_error=str(exc), facts=ScriptFacts())
     over, errors = parse_overrides(overrides or {})
@@ -322,13 +343,43 @@ def estimate_source(
     if errors or result_error:
         result = Result(estimate=None)
     else:
-        result = run(values, default_gpu=gpu)
+        result = run(values, default_gpu=gpu, multi_rank=facts.multi_rank)
     result.errors = errors
     result.facts = facts
     result.input_error = result_error
     result.report_line = comments.first_line or 1
     result.report_col = comments.first_col if comments.first_line else 0
     return result
+
+
+def _read_inputs(
+    tree: Optional[ast.AST], filename: str, configs: List[str], read_files: bool, problems: Problems
+) -> Tuple[ScriptFacts, Optional[Tuple[int, str]]]:
+    """The script's facts with the config files it names and the user gives (raises
+    :class:`InputError` for a file that cannot be read), and an unknown model it names."""
+    configurator: Dict[str, Tuple[Any, str, int]] = {}
+    yaml_configs = []
+    for path in configs:
+        if path.endswith(".py"):
+            configurator.update(read_configurator(path))
+        else:
+            yaml_configs.append(path)
+    facts = read_script(tree, filename, configurator) if tree is not None else ScriptFacts()
+    if configurator and facts.configurator is None and tree is not None:
+        facts.notes.append(
+            "the script has no exec(open('configurator.py').read()); the .py config still applies"
+        )
+        facts = _apply_configurator_anyway(tree, filename, configurator)
+    if "args_file" in facts.markers and not yaml_configs:
+        facts.notes.append(
+            f"line {facts.markers['args_file'][0]}: HfArgumentParser reads the run's arguments from the "
+            "command line or a JSON/YAML file; pass that file too (vram-estimate train.py args.json)"
+        )
+    if read_files:
+        apply_discovered(facts, filename, problems)
+        for path in yaml_configs:
+            apply_config_file(facts, path, True, problems)
+    return facts, _model_problem(facts, filename, problems, read_files)
 
 
 def _model_problem(
@@ -381,7 +432,7 @@ def estimate_configs(configs: List[str], overrides: Optional[Dict[str, Any]] = N
     over, errors = parse_overrides(overrides or {})
     errors += [CommentError(line, 0, msg) for line, msg in problems.items]
     values = merge(facts, Comments(), over)
-    result = Result(estimate=None) if errors else run(values)
+    result = Result(estimate=None) if errors else run(values, multi_rank=facts.multi_rank)
     result.errors = errors
     result.facts = facts
     return result

@@ -13,14 +13,15 @@ Library knowledge lives in the tables here (the ones config files name too in :m
 from __future__ import annotations
 
 import ast
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import db
 from .config_comments import ATTENTIONS
-from .configs.formats import read_deepspeed
+from .configs.formats import read_deepspeed, torchtune_model_settings
+from .model_names import lit_llama_size
 from .script_state import ScriptState
 from .setting_names import optimizer_name
-from .tables import LIGHTNING_PRECISION, OPTIMIZER_CLASSES
+from .tables import LIGHTNING_PRECISION, LITGPT_LORA_ROLES, OPTIMIZER_CLASSES
 
 Handler = Callable[[ScriptState, ast.Call, str], None]
 
@@ -75,6 +76,19 @@ GENERATION_TASKS = (
     "automatic-speech-recognition",
 )
 SEQ_KEYWORDS = ("max_length", "max_seq_length", "block_size", "seq_len")
+# optimizer options that replace torch's default foreach implementation (no step temporaries)
+UNFUSED = {"fused": True, "foreach": False}
+LIGHTNING_MODULES = ("lightning", "pytorch_lightning", "lightning_fabric")
+LIT_MODULES = ("litgpt", "lit_gpt", "lit_llama")
+LIT_CONFIG_OWNERS = ("Config", "GPT", "LLaMAConfig", "LLaMA")
+# FSDP sharding strategies (torch's ShardingStrategy names, as Lightning takes them)
+FSDP_STRATEGY_NAMES = {
+    "full_shard": "fsdp",
+    "hybrid_shard": "fsdp",
+    "shard_grad_op": "zero2",
+    "_hybrid_shard_zero2": "zero2",
+    "no_shard": "ddp",
+}
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -88,6 +102,8 @@ def on_call(reader: ScriptState, call: ast.Call) -> None:
         handler = _optimizer
     if handler is None:
         handler = torchvision_handler(reader, q)
+    if handler is None and q.startswith("torchtune.models."):
+        handler = _torchtune_builder
     if handler is not None:
         handler(reader, call, q)
     _generic_keywords(reader, call, last)
@@ -174,6 +190,53 @@ def _bnb(reader: ScriptState, call: ast.Call, q: str) -> None:
         reader.put("precision", "int8", call.lineno, 5, "BitsAndBytesConfig(load_in_8bit=True)")
 
 
+def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """litgpt's ``Config.from_name("Llama-2-7b-hf")`` / ``GPT.from_name(...)``, lit-llama's
+    ``LLaMAConfig.from_name("7B")``; LoRA keywords (``lora_r=``, ``lora_query=``) too."""
+    owner = q.rsplit(".", 1)[0].split(".")[-1]
+    if owner not in LIT_CONFIG_OWNERS or not (q.startswith(LIT_MODULES) or q.count(".") == 1):
+        return
+    name, how = reader.value_of(call, "name", pos=0)
+    if not isinstance(name, str) or not name.strip():
+        return
+    size = lit_llama_size(name) if owner.startswith("LLaMA") else None
+    if size:
+        reader.put("model", size, call.lineno, 3, f"lit-llama {name}: {size}'s shape")
+    else:
+        reader.model_ref(name, call.lineno, how, prio=3)
+    rank, _ = reader.value_of(call, "lora_r")
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 < rank <= 1 << 16:
+        reader.put("lora", rank, call.lineno, 3, "lora_r=")
+    switched = [role for role in LITGPT_LORA_ROLES if reader.value_of(call, role)[0] is True]
+    roles = [m for role in switched for m in LITGPT_LORA_ROLES[role]]
+    if roles:
+        reader.put("lora_targets", roles, call.lineno, 3, "lora_* switches")
+
+
+def _lit_lora(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """lit-llama's ``with lora(r=8, alpha=16, dropout=0.05, enabled=True):``: adapters on the
+    query and value of the fused attention projection (``enable_lora=[True, False, True]``)."""
+    if not q.startswith(LIT_MODULES) or reader.value_of(call, "enabled")[0] is False:
+        return
+    rank, how = reader.value_of(call, "r")
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 < rank <= 1 << 16:
+        reader.put("lora", rank, call.lineno, 3, how or "lora(r=)")
+        reader.put("lora_targets", ["q_proj", "v_proj"], call.lineno, 2, "lit-llama LoRA: query and value")
+
+
+def _torchtune_builder(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """``torchtune.models.llama3_1.lora_llama3_1_8b(lora_attn_modules=[...], lora_rank=8)``: the
+    same builder a recipe's ``model._component_`` names."""
+    section: Dict[str, Any] = {"_component_": q}
+    for k in call.keywords:
+        if k.arg:
+            value, _ = reader.try_ev(k.value)
+            if value is not None:
+                section[k.arg] = value
+    for setting in torchtune_model_settings(section, field=q.rsplit(".", 1)[-1]):
+        reader.put(setting.key, setting.value, call.lineno, setting.prio - 1, setting.field)
+
+
 def _timm(reader: ScriptState, call: ast.Call, q: str) -> None:
     if q.startswith("timm"):
         name, how = reader.value_of(call, "model_name", pos=0)
@@ -252,14 +315,22 @@ def _hf_args(reader: ScriptState, call: ast.Call, q: str) -> None:
     v, how = reader.value_of(call, "gradient_checkpointing")
     if v is True:
         reader.put("checkpointing", "on", line, 4, how)
+    v, how = reader.value_of(call, "gradient_accumulation_steps")
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 20:
+        reader.put("grad_accum", v, line, 4, how)
     for flag, precision in (("bf16", "bf16-mixed"), ("fp16", "fp16-mixed")):
         v, how = reader.value_of(call, flag)
         if v is True:
             reader.put("precision", precision, line, 3, how)
             break
     v, how = reader.value_of(call, "optim")
+    optim = reader.kw(call, "optim")
+    if v is None and isinstance(optim, ast.Attribute):  # OptimizerNames.PAGED_ADAMW_8BIT
+        v, how = optim.attr.lower(), optim.attr
     if isinstance(v, str) and optimizer_name(v):
         reader.put("optimizer", optimizer_name(v), line, 4, how)
+        if "fused" in v.lower():
+            reader.put("optimizer_foreach", False, line, 4, how)
     else:
         reader.put("optimizer", "adamw", line, 2, f"{last} default optim=adamw_torch", guessed=True)
     for k in ("max_seq_length", "max_length"):
@@ -318,6 +389,23 @@ def _lightning(reader: ScriptState, call: ast.Call) -> None:
     target = reader.assigned_to.get(id(call))
     if target:
         reader.lightning_trainers.add(target)
+    _lightning_launch(reader, call)
+    v, how = reader.value_of(call, "accumulate_grad_batches")
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 20:
+        reader.put("grad_accum", v, line, 3, how)
+
+
+def _fabric(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """``L.Fabric(devices=, num_nodes=, strategy=, precision="bf16-true")``: what the launcher
+    decides (``bf16-true`` is bf16 weights, not fp32); Fabric runs no backward by itself."""
+    if q.startswith(LIGHTNING_MODULES) or q == "Fabric":
+        _lightning_launch(reader, call)
+
+
+def _lightning_launch(reader: ScriptState, call: ast.Call) -> None:
+    """``precision=``, ``devices=`` x ``num_nodes=`` and a strategy name, as Trainer and Fabric
+    take them."""
+    line = call.lineno
     prec, how = reader.value_of(call, "precision")
     if prec is not None and str(prec) in LIGHTNING_PRECISION:
         reader.put("precision", LIGHTNING_PRECISION[str(prec)], line, 3, how)
@@ -327,34 +415,111 @@ def _lightning(reader: ScriptState, call: ast.Call) -> None:
     if isinstance(devices, int) and not isinstance(devices, bool) and 0 < devices <= 1 << 16:
         reader.put("world", devices * nodes, line, 3, how)
     elif isinstance(devices, list) and devices:
-        reader.put("world", len(devices), line, 3, how)
+        reader.put("world", len(devices) * nodes, line, 3, how)
     _lightning_strategy(reader, reader.kw(call, "strategy"), line)
 
 
 def _lightning_strategy(reader: ScriptState, strat: Optional[ast.AST], line: int) -> None:
+    """A strategy named by a string; strategy objects are read by their own handlers."""
+    if isinstance(strat, ast.Call):
+        return
     sv, how = reader.try_ev(strat)
-    if isinstance(sv, str):
-        s = sv.lower()
-        if s.startswith("deepspeed"):
-            stage = "zero3" if "3" in s else "zero2" if "2" in s else "zero1"
-            reader.put("sharding", stage, line, 3, how)
-            if "offload" in s:
-                reader.put("offload", "optimizer" if stage != "zero3" else "both", line, 3, how)
-        elif s.startswith("fsdp"):
-            reader.put("sharding", "fsdp", line, 3, how)
-        elif s.startswith("ddp"):
-            reader.put("sharding", "ddp", line, 3, how)
-    elif isinstance(strat, ast.Call):
-        sname = reader.qual(strat.func).split(".")[-1]
-        if sname == "DeepSpeedStrategy":
-            stage, _ = reader.value_of(strat, "stage")
-            reader.put("sharding", {1: "zero1", 2: "zero2", 3: "zero3"}.get(stage, "zero2"), line, 3)
-            if reader.value_of(strat, "offload_optimizer")[0] is True:
-                reader.put("offload", "optimizer", line, 3)
-        elif sname == "FSDPStrategy":
-            reader.put("sharding", "fsdp", line, 3)
-        elif sname == "DDPStrategy":
-            reader.put("sharding", "ddp", line, 3)
+    if not isinstance(sv, str):
+        return
+    s = sv.lower()
+    if s.startswith("deepspeed"):
+        stage = "zero3" if "3" in s else "zero2" if "2" in s else "zero1"
+        reader.put("sharding", stage, line, 3, how)
+        if "offload" in s:
+            reader.put("offload", "optimizer" if stage != "zero3" else "both", line, 3, how)
+    elif s.startswith("fsdp"):
+        reader.put("sharding", "fsdp", line, 3, how)
+    elif s.startswith("ddp"):
+        reader.put("sharding", "ddp", line, 3, how)
+
+
+def _strategy_object(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """``FSDPStrategy(...)`` / ``ModelParallelStrategy(...)`` / ``DeepSpeedStrategy(...)`` /
+    ``DDPStrategy()``: under an ``if`` (litgpt's ``if devices > 1:``) they hold only with more
+    than one rank (:meth:`ScriptState.put_launch`)."""
+    last = q.rsplit(".", 1)[-1]
+    if not (q.startswith(LIGHTNING_MODULES) or q == last):
+        return
+    for key, value, how in STRATEGY_READERS[last](reader, call):
+        reader.put_launch(call, key, value, how)
+
+
+Launch = List[Tuple[str, Any, str]]
+
+
+def _fsdp_strategy(reader: ScriptState, call: ast.Call) -> Launch:
+    kind, _ = reader.value_of(call, "sharding_strategy")
+    sharding = FSDP_STRATEGY_NAMES.get(kind.lower(), "fsdp") if isinstance(kind, str) else "fsdp"
+    out: Launch = [("sharding", sharding, "FSDPStrategy")]
+    policy = reader.kw(call, "activation_checkpointing_policy", "activation_checkpointing")
+    if policy is not None and not (isinstance(policy, ast.Constant) and policy.value in (None, False)):
+        out.append(("checkpointing", "on", "FSDPStrategy(activation_checkpointing_policy=...)"))
+    if reader.value_of(call, "cpu_offload")[0] is True:
+        out.append(("offload", "both", "FSDPStrategy(cpu_offload=True)"))
+    return out
+
+
+def _model_parallel_strategy(reader: ScriptState, call: ast.Call) -> Launch:
+    """litgpt's LoRA: ``ModelParallelStrategy(parallelize_fn=fn)``, where ``fn`` applies FSDP2
+    (``fully_shard``) and, by its default, ``checkpoint_wrapper`` to every block."""
+    fn = reader.kw(call, "parallelize_fn") or (call.args[0] if call.args else None)
+    defs = [d for d in reader.nodes[ast.FunctionDef] if isinstance(fn, ast.Name) and d.name == fn.id]
+    if not defs:
+        return []
+    called = {reader.qual(c.func).rsplit(".", 1)[-1] for c in ast.walk(defs[0]) if isinstance(c, ast.Call)}
+    out: Launch = []
+    if "fully_shard" in called:
+        out.append(("sharding", "fsdp", f"ModelParallelStrategy({defs[0].name}): FSDP2 fully_shard"))
+    wraps = called & {"checkpoint_wrapper", "checkpoint"}
+    if wraps and _constant_default(defs[0], "activation_checkpointing") is not False:
+        out.append(("checkpointing", "on", f"{defs[0].name}() checkpoints every block"))
+    return out
+
+
+def _constant_default(func: ast.FunctionDef, name: str) -> Any:
+    args = func.args.posonlyargs + func.args.args
+    for arg, default in zip(args[len(args) - len(func.args.defaults) :], func.args.defaults):
+        if arg.arg == name and isinstance(default, ast.Constant):
+            return default.value
+    return None
+
+
+def _deepspeed_strategy(reader: ScriptState, call: ast.Call) -> Launch:
+    stage, _ = reader.value_of(call, "stage")
+    sharding = {1: "zero1", 2: "zero2", 3: "zero3"}.get(stage, "zero2")
+    out: Launch = [("sharding", sharding, "DeepSpeedStrategy")]
+    optimizer = reader.value_of(call, "offload_optimizer")[0] is True
+    params = reader.value_of(call, "offload_parameters")[0] is True
+    if optimizer or params:
+        where = "both" if optimizer and params else "optimizer" if optimizer else "param"
+        out.append(("offload", where, "DeepSpeedStrategy offload"))
+    return out
+
+
+STRATEGY_READERS: Dict[str, Callable[[ScriptState, ast.Call], Launch]] = {
+    "FSDPStrategy": _fsdp_strategy,
+    "ModelParallelStrategy": _model_parallel_strategy,
+    "DeepSpeedStrategy": _deepspeed_strategy,
+    "DDPStrategy": lambda reader, call: [("sharding", "ddp", "DDPStrategy")],
+}
+
+
+def _default_precision(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """litgpt's ``get_default_supported_precision(training=True)``: ``bf16-mixed`` on a GPU with
+    bf16 (``16-mixed`` otherwise); ``training=False`` gives ``bf16-true``."""
+    if not (q.startswith(("litgpt", "lit_gpt", "lit_llama")) or q == "get_default_supported_precision"):
+        return
+    training, _ = reader.value_of(call, "training", pos=0)
+    if training is True:
+        how = "litgpt's training default: bf16-mixed where the GPU has bf16"
+        reader.put("precision", "bf16-mixed", call.lineno, 1, how, guessed=True)
+    elif training is False:
+        reader.put("precision", "bf16", call.lineno, 1, "litgpt's inference default: bf16-true", guessed=True)
 
 
 def _deepspeed_config(reader: ScriptState, node: ast.AST, line: int) -> None:
@@ -430,9 +595,23 @@ def _optimizer(reader: ScriptState, call: ast.Call, q: str) -> None:
         mom, _ = reader.value_of(call, "momentum")
         if isinstance(mom, (int, float)) and mom > 0:
             name = "sgd-momentum"
-    reader.put("optimizer", name, call.lineno, 3)
+    reader.put("optimizer", _bnb_options(reader, call, name), call.lineno, 3)
+    for option, value in UNFUSED.items():
+        if reader.value_of(call, option)[0] is value:
+            reader.put("optimizer_foreach", False, call.lineno, 3, f"{option}={value}")
     if last == "DeepSpeedCPUAdam":
         reader.put("offload", "optimizer", call.lineno, 3)
+
+
+def _bnb_options(reader: ScriptState, call: ast.Call, name: str) -> str:
+    """bitsandbytes' generic classes: ``bnb.optim.AdamW(..., optim_bits=8, is_paged=True)``."""
+    if name not in ("adamw", "adam", "paged-adamw"):
+        return name
+    bits = reader.value_of(call, "optim_bits")[0] == 8
+    paged = name == "paged-adamw" or reader.value_of(call, "is_paged")[0] is True
+    if bits:
+        return "paged-adamw-8bit" if paged else "adamw-8bit"
+    return "paged-adamw" if paged else name
 
 
 # --------------------------------------------------------------------------- mode
@@ -521,6 +700,14 @@ HANDLERS: Dict[str, Handler] = {
     "fully_shard": _fsdp,
     "initialize": _deepspeed_initialize,
     "Accelerator": _accelerator,
+    "Fabric": _fabric,
+    "FSDPStrategy": _strategy_object,
+    "ModelParallelStrategy": _strategy_object,
+    "DeepSpeedStrategy": _strategy_object,
+    "DDPStrategy": _strategy_object,
+    "get_default_supported_precision": _default_precision,
+    "from_name": _from_name,
+    "lora": _lit_lora,
     "autocast": _autocast,
     "GradScaler": _grad_scaler,
     "scaled_dot_product_attention": _sdpa,

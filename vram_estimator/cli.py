@@ -22,13 +22,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from . import db
 from .config_comments import KEYS, normalise
 
 EXIT_FITS, EXIT_TIGHT, EXIT_OOM, EXIT_BAD_INPUT, EXIT_NO_MODEL, EXIT_UNREADABLE = 0, 1, 2, 3, 4, 5
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".bash")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     for key in KEYS:
         p.add_argument(f"--{key}", default=None, type=_checked(key), help=f"same as '# vram: {key}=...'")
     p.add_argument("--lora-targets", default=None, help="comma-separated LoRA target modules, or all-linear")
+    p.add_argument(
+        "--gpus", dest="world", default=None, type=_checked("world"), help="ranks of the run; same as --world"
+    )
     return p
 
 
@@ -108,11 +111,25 @@ def _list_models(fmt: str) -> str:
     return "\n".join(out)
 
 
-def _split_inputs(inputs: List[str]) -> (Optional[str], List[str]):
-    """The script (a ``.py`` first) and the config files that follow it or stand alone."""
+def _split_inputs(inputs: List[str]) -> Tuple[Optional[str], List[str]]:
+    """The script (a ``.py`` first) and the config files that follow it or stand alone; a
+    launch script alone (``run.sh``) brings the Python script its launch line runs."""
     if inputs and inputs[0].lower().endswith(CONFIG_SUFFIXES):
-        return None, inputs
+        return _launched_script(inputs[0]), inputs
     return (inputs[0] if inputs else None), inputs[1:]
+
+
+def _launched_script(path: str) -> Optional[str]:
+    """The ``.py`` a shell script's launch line runs, when it exists beside the shell script."""
+    if not path.lower().endswith((".sh", ".bash")):
+        return None
+    from .configs import read_config
+
+    launch = read_config(path).launch
+    if launch is None or not launch.script:
+        return None
+    found = os.path.join(os.path.dirname(path), launch.script)
+    return found if os.path.isfile(found) else None
 
 
 def exit_status(result: Any) -> int:
@@ -166,7 +183,8 @@ def _main(argv: Optional[List[str]]) -> int:
             parser.print_help()
             return EXIT_NO_MODEL
         result = estimate_config(**overrides)
-    name = script or (configs[0] if configs else None)
+    name = configs[0] if configs and configs[0].lower().endswith((".sh", ".bash")) else script
+    name = name or (configs[0] if configs else None)
     if result.input_error and args.format == "text":
         print(f"vram-estimate: {result.input_error}", file=sys.stderr)
     elif args.format == "json":

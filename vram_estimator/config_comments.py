@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import db
 from .hf_local import model_from_local
+from .model_names import suggestion_text
 
 PREFIX = re.compile(r"^#+\s*vram\s*:", re.I)
 
@@ -228,6 +229,7 @@ LIMITS = {
     "world": 1 << 20,
     "lora": 1 << 16,
     "grad_accum": 1 << 20,
+    "global_batch": 1 << 30,
     "decoder_seq": 1 << 24,
     "params": 10**15,
 }
@@ -318,7 +320,7 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
             local = _local_model(text)
             if local is not None:
                 return local, None
-            near = db.suggestions(text[:_MAX_TEXT], db.model_names())
+            near = db.suggestions(suggestion_text(text)[:_MAX_TEXT], db.model_names())
             hint = f"did you mean {', '.join(near)}? " if near else ""
             return None, (
                 f"unknown model '{shown(text)}'; {hint}accepted: a built-in architecture or Hugging Face id "
@@ -350,6 +352,47 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
     return None, f"'{key}={shown(raw)}' is not one of {ACCEPTED[key]}"
 
 
+# other spellings of the comment keys
+KEY_ALIASES = {
+    "bs": "batch",
+    "batch_size": "batch",
+    "batch-size": "batch",
+    "seq_len": "seq",
+    "seqlen": "seq",
+    "max_length": "seq",
+    "gpus": "world",
+    "ranks": "world",
+    "dtype": "precision",
+    "optim": "optimizer",
+    "ckpt": "checkpointing",
+    "gradient_checkpointing": "checkpointing",
+    "attn": "attention",
+    "zero": "sharding",
+    "target": "gpu",
+    "device": "gpu",
+}
+
+
+def _parse_token(token: str) -> Tuple[Optional[str], Any, Optional[str]]:
+    """``(key, canonical value, None)`` for one ``key=value`` token, or ``(None, None, error)``."""
+    if "=" not in token:
+        accepted = ", ".join(KEYS)
+        return None, None, f"'{token}' in '# vram:' comment is not key=value; accepted keys: {accepted}"
+    key, raw = token.split("=", 1)
+    key = key.strip().lower()
+    if key == "zero" and raw.strip().isdigit():
+        key, raw = "sharding", f"zero{raw.strip()}"
+    key = KEY_ALIASES.get(key, key)
+    if key not in KEYS:
+        return None, None, f"unknown key '{key}' in '# vram:' comment; accepted keys: {', '.join(KEYS)}"
+    value, error = normalise(key, raw)
+    if error:
+        return None, None, error
+    if key == "model" and isinstance(value, int):
+        key = "params"
+    return key, value, None
+
+
 def parse_comment(text: str, line: int, col: int = 0) -> Tuple[Dict[str, Value], List[CommentError]]:
     """Parse one comment token's text (``# vram: ...``).  Returns values and errors; never raises."""
     values: Dict[str, Value] = {}
@@ -371,53 +414,11 @@ def parse_comment(text: str, line: int, col: int = 0) -> Tuple[Dict[str, Value],
         )
         return values, errors
     for token in body.replace(",", " ").split():
-        if "=" not in token:
-            errors.append(
-                CommentError(
-                    line,
-                    col,
-                    f"'{token}' in '# vram:' comment is not key=value; " f"accepted keys: {', '.join(KEYS)}",
-                )
-            )
-            continue
-        key, raw = token.split("=", 1)
-        key = key.strip().lower()
-        if key == "zero" and raw.strip().isdigit():
-            key, raw = "sharding", f"zero{raw.strip()}"
-        key = {
-            "bs": "batch",
-            "batch_size": "batch",
-            "batch-size": "batch",
-            "seq_len": "seq",
-            "seqlen": "seq",
-            "max_length": "seq",
-            "gpus": "world",
-            "ranks": "world",
-            "dtype": "precision",
-            "optim": "optimizer",
-            "ckpt": "checkpointing",
-            "gradient_checkpointing": "checkpointing",
-            "attn": "attention",
-            "zero": "sharding",
-            "target": "gpu",
-            "device": "gpu",
-        }.get(key, key)
-        if key not in KEYS:
-            errors.append(
-                CommentError(
-                    line,
-                    col,
-                    f"unknown key '{key}' in '# vram:' comment; accepted keys: " f"{', '.join(KEYS)}",
-                )
-            )
-            continue
-        value, error = normalise(key, raw)
+        key, value, error = _parse_token(token)
         if error:
             errors.append(CommentError(line, col, error))
-            continue
-        if key == "model" and isinstance(value, int):
-            key = "params"
-        values[key] = Value(value, f"comment line {line}", line, token)
+        elif key is not None:
+            values[key] = Value(value, f"comment line {line}", line, token)
     return values, errors
 
 

@@ -153,9 +153,20 @@ _FINE_TUNE_SUFFIXES = ("hf", "chathf", "instruct", "chat", "base", "it")
 
 
 def find_model(name: str) -> Optional[str]:
-    """Canonical model key for a name or Hugging Face id, or None."""
+    """Canonical model key for a name or Hugging Face id, or None; names as people write them
+    (re-uploads, quantised copies, checkpoint folders) through ``model_names``."""
     if not name or len(name) > 300:
         return None
+    from .model_names import alternative_forms
+
+    for form in (name, *alternative_forms(name)):
+        key = _find_model_as_written(form)
+        if key:
+            return key
+    return None
+
+
+def _find_model_as_written(name: str) -> Optional[str]:
     index = _model_index()
     norm = normalise_name(name)
     if norm in index:

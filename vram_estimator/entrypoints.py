@@ -257,11 +257,17 @@ def _bind_parameter(reader: ScriptState, func: str, name: str, default: ast.AST,
         reader.bind_name(name, value, line, label, 1)
 
 
-def _litgpt_lora_targets(reader: ScriptState, stmt: ast.FunctionDef) -> None:
+def module_lora_switches(reader: ScriptState) -> None:
+    """lit-gpt's module globals ``lora_r = 8``, ``lora_query = True``, ... (older scripts)."""
+    if "lora_targets" not in reader.facts.values and any(role in reader.env for role in LITGPT_LORA_ROLES):
+        _litgpt_lora_targets(reader, None)
+
+
+def _litgpt_lora_targets(reader: ScriptState, stmt: Optional[ast.FunctionDef]) -> None:
     """litgpt's ``lora_query=True, lora_value=True, ...`` switches name the adapted linears."""
     chosen: List[str] = []
     seen = False
-    line = stmt.lineno
+    line = stmt.lineno if stmt else 1
     for role, modules in LITGPT_LORA_ROLES.items():
         if role in reader.env:
             seen = True
@@ -269,7 +275,8 @@ def _litgpt_lora_targets(reader: ScriptState, stmt: ast.FunctionDef) -> None:
             if value is True:
                 chosen.extend(modules)
     if seen and chosen:
-        reader.put("lora_targets", chosen, line, 2, f"lora_* switches of {stmt.name}()")
+        where = f"lora_* switches of {stmt.name}()" if stmt else "lora_* switches"
+        reader.put("lora_targets", chosen, line, 2, where)
         if "lora" not in reader.facts.values:
             reader.put("lora", 8, line, 1, "litgpt LoRA, rank not read (default 8)", guessed=True)
 

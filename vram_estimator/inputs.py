@@ -28,6 +28,7 @@ from . import db
 from .configs import read_config
 from .folding import Folder
 from .hf_local import model_from_local
+from .model_names import closest_models, stored_precision
 from .script_state import ScriptFacts
 
 MAX_SCRIPT_BYTES = 10 << 20
@@ -155,13 +156,14 @@ def apply_config_file(
         if explicit:
             raise InputError(
                 f"{path}: not a config format we read (torchtune, litgpt, axolotl, Hugging Face "
-                "arguments JSON/YAML, DeepSpeed JSON, accelerate config)"
+                "arguments JSON/YAML, DeepSpeed JSON, accelerate config, a shell script with a "
+                "torchrun / accelerate launch / deepspeed / tune run / litgpt line)"
             )
         return None
     base = os.path.basename(path)
     boost = EXPLICIT_PRIO if explicit else 0
     for setting in result.settings:
-        where = result.line(setting.field)
+        where = result.where(setting)
         source = f"{base}:{where}" if where else base
         source += f" ({setting.field})" if setting.field else ""
         value = setting.value
@@ -169,7 +171,13 @@ def apply_config_file(
             model = resolve_model_text(value, os.path.dirname(path), problems, where or 1, source)
             if model is None:
                 continue
+            stored = stored_precision(value) if isinstance(value, str) else None
+            if stored:
+                facts.put("precision", stored, f"{source}: a pre-quantised checkpoint", where, 5 + boost)
             value = model
+        if setting.multi_rank:
+            facts.put_multi_rank(setting.key, value, source, where)
+            continue
         facts.put(setting.key, value, source, where, setting.prio + boost)
     facts.notes.append(f"{result.format} read from {path}")
     if depth < 2:
@@ -199,7 +207,7 @@ def apply_discovered(facts: ScriptFacts, script_path: Optional[str], problems: P
 
 
 def unknown_model_message(text: str, looked: List[str]) -> str:
-    near = db.suggestions(text[:64], db.model_names())
+    near = closest_models(text)
     hint = f" (closest built-in: {', '.join(near)})" if near else ""
     where = f"; looked in {', '.join(looked[:3])}" if looked else ""
     return (

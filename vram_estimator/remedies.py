@@ -64,138 +64,167 @@ def _val(s: Dict[str, Value], key: str, default: Any = None) -> Any:
     return v.value if v else default
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the remedies ask of the settings, read once."""
+
+    train: bool
+    traits: frozenset
+    precision: str
+    world: int
+    sharding: str
+    batch: int
+    bf16_gpu: bool
+
+
+def _run(s: Dict[str, Value], target: Dict[str, Any]) -> _Run:
+    return _Run(
+        train=_val(s, "mode", "train") == "train",
+        traits=_traits(s),
+        precision=_val(s, "precision", "fp32"),
+        world=int(_val(s, "world", 1)),
+        sharding=_val(s, "sharding", "none"),
+        batch=int(_val(s, "batch", 1)),
+        bf16_gpu=bool(target.get("bf16", True)),
+    )
+
+
+def _attention(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if _val(s, "attention") not in ("eager", "math") or "attention" not in run.traits:
+        return None
+    return Remedy(
+        "attention", "SDPA/flash attention", "none: same result, usually faster", 0,
+        lambda x: _set(x, attention="sdpa"),
+    )
+
+
+def _halve_batch(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if run.batch < 2:
+        return None
+    return Remedy(
+        "batch", f"micro-batch {run.batch} -> {run.batch // 2} (+ accumulate 2)",
+        "lower GPU utilisation; same effective batch", 1,
+        lambda x: _set(x, batch=max(1, int(_val(x, "batch", 1)) // 2)),
+    )
+
+
+def _checkpointing(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if not run.train or _val(s, "checkpointing") == "on":
+        return None
+    return Remedy(
+        "checkpointing", "gradient checkpointing", "~20-35% slower steps (forward recomputed)", 2,
+        lambda x: _set(x, checkpointing="on"),
+    )
+
+
+def _eight_bit_optimizer(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if not run.train or _val(s, "optimizer") not in ("adamw", "adam", "paged-adamw", "lion"):
+        return None
+    return Remedy(
+        "optimizer", "8-bit AdamW (bitsandbytes)", "bitsandbytes dependency; near-identical loss", 3,
+        lambda x: _set(x, optimizer="adamw-8bit"),
+    )
+
+
+def _bf16_weights(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if run.precision not in ("fp32", "fp16-mixed", "bf16-mixed") or not run.bf16_gpu:
+        return None
+    if "half-weights" not in run.traits:
+        return None
+    cost = (
+        "bf16 updates lose precision on long runs (use Kahan/stochastic rounding)"
+        if run.train
+        else "negligible quality change"
+    )
+    return Remedy("precision", "pure bf16 weights", cost, 4, lambda x: _set(x, precision="bf16"))
+
+
+ZERO_NEXT = {"none": "zero2", "ddp": "zero2", "zero1": "zero2", "zero2": "zero3"}
+
+
+def _zero_stage_up(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if not run.train or run.sharding not in ZERO_NEXT or run.world <= 1:
+        return None
+    nxt = ZERO_NEXT[run.sharding]
+    return Remedy(
+        "sharding", f"ZeRO stage {nxt[-1]} over {run.world} ranks", "more communication per step", 5,
+        lambda x, n=nxt: _set(x, sharding=n),
+    )
+
+
+def _lora(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if not run.train or "lora" not in run.traits or int(_val(s, "lora", 0) or 0):
+        return None
+    if run.precision in ("int8", "nf4"):
+        return None
+    return Remedy(
+        "lora", "LoRA r=16 (adapters only)",
+        "trains ~1% of weights; below full fine-tuning on large domain shifts", 6,
+        lambda x: _set(x, lora=16, lora_targets=["all-linear"]),
+    )
+
+
+def _four_bit(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if "quantisable" not in run.traits or run.precision in ("int8", "nf4"):
+        return None
+    if run.train:
+        return Remedy(
+            "quant", "QLoRA: 4-bit base + LoRA r=16",
+            "slower matmuls (dequantise); small quality loss vs 16-bit LoRA", 7,
+            lambda x: _set(x, precision="nf4", lora=16, lora_targets=["all-linear"]),
+        )
+    return Remedy(
+        "quant", "4-bit (nf4) weights", "small quality loss; slower at large batch", 7,
+        lambda x: _set(x, precision="nf4"),
+    )
+
+
+SHARDED_FOR_OFFLOAD = ("zero1", "zero2", "zero3", "fsdp")
+
+
+def _offload(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if not run.train or _val(s, "offload") not in ("none", None):
+        return None
+    if _val(s, "optimizer") in ("none", None):
+        return None
+
+    def apply(x: Dict[str, Value]) -> Dict[str, Value]:
+        keep = _val(x, "sharding") in SHARDED_FOR_OFFLOAD
+        return _set(x, offload="optimizer", sharding=_val(x, "sharding") if keep else "zero2")
+
+    label = "CPU offload of the optimizer (ZeRO-Offload)"
+    return Remedy("offload", label, "2-5x slower steps; needs host RAM", 8, apply)
+
+
+def _more_ranks(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
+    if not run.train or run.world != 1:
+        return None
+    return Remedy(
+        "ranks", "FSDP full shard over 8 GPUs", "needs 8 GPUs and fast interconnect", 9,
+        lambda x: _set(x, world=8, sharding="fsdp"),
+    )
+
+
+# cheapest first: the order the remedies are listed and searched in
+CANDIDATES: Tuple[Callable[[Dict[str, Value], _Run], Optional[Remedy]], ...] = (
+    _attention,
+    _halve_batch,
+    _checkpointing,
+    _eight_bit_optimizer,
+    _bf16_weights,
+    _zero_stage_up,
+    _lora,
+    _four_bit,
+    _offload,
+    _more_ranks,
+)
+
+
 def candidates(s: Dict[str, Value], target: Dict[str, Any]) -> List[Remedy]:
     """Remedies that apply to these settings, cheapest first."""
-    out: List[Remedy] = []
-    mode = _val(s, "mode", "train")
-    train = mode == "train"
-    traits = _traits(s)
-    precision = _val(s, "precision", "fp32")
-    world = int(_val(s, "world", 1))
-    sharding = _val(s, "sharding", "none")
-    if _val(s, "attention") in ("eager", "math") and "attention" in traits:
-        out.append(
-            Remedy(
-                "attention",
-                "SDPA/flash attention",
-                "none: same result, usually faster",
-                0,
-                lambda x: _set(x, attention="sdpa"),
-            )
-        )
-    if int(_val(s, "batch", 1)) >= 2:
-        b = int(_val(s, "batch", 1))
-        out.append(
-            Remedy(
-                "batch",
-                f"micro-batch {b} -> {b // 2} (+ accumulate 2)",
-                "lower GPU utilisation; same effective batch",
-                1,
-                lambda x: _set(x, batch=max(1, int(_val(x, "batch", 1)) // 2)),
-            )
-        )
-    if train and _val(s, "checkpointing") != "on":
-        out.append(
-            Remedy(
-                "checkpointing",
-                "gradient checkpointing",
-                "~20-35% slower steps (forward recomputed)",
-                2,
-                lambda x: _set(x, checkpointing="on"),
-            )
-        )
-    if train and _val(s, "optimizer") in ("adamw", "adam", "paged-adamw", "lion"):
-        out.append(
-            Remedy(
-                "optimizer",
-                "8-bit AdamW (bitsandbytes)",
-                "bitsandbytes dependency; near-identical loss",
-                3,
-                lambda x: _set(x, optimizer="adamw-8bit"),
-            )
-        )
-    if (
-        precision in ("fp32", "fp16-mixed", "bf16-mixed")
-        and target.get("bf16", True)
-        and "half-weights" in traits
-    ):
-        cost = (
-            "bf16 updates lose precision on long runs (use Kahan/stochastic rounding)"
-            if train
-            else "negligible quality change"
-        )
-        out.append(Remedy("precision", "pure bf16 weights", cost, 4, lambda x: _set(x, precision="bf16")))
-    if train and sharding in ("none", "ddp", "zero1", "zero2") and world > 1:
-        nxt = {"none": "zero2", "ddp": "zero2", "zero1": "zero2", "zero2": "zero3"}[sharding]
-        out.append(
-            Remedy(
-                "sharding",
-                f"ZeRO stage {nxt[-1]} over {world} ranks",
-                "more communication per step",
-                5,
-                lambda x, n=nxt: _set(x, sharding=n),
-            )
-        )
-    if train and "lora" in traits and not int(_val(s, "lora", 0) or 0) and precision not in ("int8", "nf4"):
-        out.append(
-            Remedy(
-                "lora",
-                "LoRA r=16 (adapters only)",
-                "trains ~1% of weights; below full fine-tuning on " "large domain shifts",
-                6,
-                lambda x: _set(x, lora=16, lora_targets=["all-linear"]),
-            )
-        )
-    if "quantisable" in traits and precision not in ("int8", "nf4"):
-        if train:
-            out.append(
-                Remedy(
-                    "quant",
-                    "QLoRA: 4-bit base + LoRA r=16",
-                    "slower matmuls (dequantise); small quality " "loss vs 16-bit LoRA",
-                    7,
-                    lambda x: _set(x, precision="nf4", lora=16, lora_targets=["all-linear"]),
-                )
-            )
-        else:
-            out.append(
-                Remedy(
-                    "quant",
-                    "4-bit (nf4) weights",
-                    "small quality loss; slower at large batch",
-                    7,
-                    lambda x: _set(x, precision="nf4"),
-                )
-            )
-    if train and _val(s, "offload") in ("none", None) and _val(s, "optimizer") not in ("none", None):
-        out.append(
-            Remedy(
-                "offload",
-                "CPU offload of the optimizer (ZeRO-Offload)",
-                "2-5x slower steps; needs host " "RAM",
-                8,
-                lambda x: _set(
-                    x,
-                    offload="optimizer",
-                    sharding=(
-                        _val(x, "sharding")
-                        if _val(x, "sharding") in ("zero1", "zero2", "zero3", "fsdp")
-                        else "zero2"
-                    ),
-                ),
-            )
-        )
-    if train and world == 1:
-        out.append(
-            Remedy(
-                "ranks",
-                "FSDP full shard over 8 GPUs",
-                "needs 8 GPUs and fast interconnect",
-                9,
-                lambda x: _set(x, world=8, sharding="fsdp"),
-            )
-        )
-    return out
+    run = _run(s, target)
+    found = (make(s, run) for make in CANDIDATES)
+    return [r for r in found if r is not None]
 
 
 def remedies(s: Dict[str, Value], target: Dict[str, Any], base: Estimate) -> List[Outcome]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .api import Result, Sweep
 from .config_comments import KEYS
@@ -155,32 +155,61 @@ def _bar(x: float, total: float, width: int = 28) -> str:
     return ("█" * full + part).rstrip()
 
 
+VERDICT_EXPLAINED = {
+    "fits": "the upper end of the interval fits",
+    "tight": "the interval straddles usable memory (TPF101)",
+    "oom": "even the optimistic end exceeds usable memory (TPF100)",
+}
+# settings beyond the comment keys that the report lists with their sources when they were read
+READ_FROM_EXTRAS = ("lora_targets", "grad_accum", "global_batch", "optimizer_foreach", "optimizer_in_bwd")
+# what each predicted figure is, in the words of the tool that would measure it
+ALLOCATED_IS = "torch.cuda.max_memory_allocated()"
+RESERVED_IS = "torch.cuda.max_memory_reserved()"
+CARD_IS = "reserved + CUDA context: what nvidia-smi shows; the verdict compares this with the card"
+
+
+def card_view(est: Estimate) -> Tuple[float, float, float]:
+    """The reserved peak plus the CUDA context (lower end with the smallest context, upper with
+    the largest): what ``nvidia-smi`` shows for the process, and what the verdict judges."""
+    ctx_lo, ctx_hi = est.context_range
+    return est.lower + ctx_lo, est.point + est.context, est.upper + ctx_hi
+
+
 def text_report(result: Result, filename: Optional[str] = None) -> str:
+    problem = _problem_lines(result)
+    if problem is not None:
+        return "\n".join(problem)
     est = result.estimate
-    lines: List[str] = []
+    lines = [_title(est, filename), _settings_line(est), ""]
+    lines += _breakdown_lines(est)
+    lines += _verdict_lines(est)
+    lines += sweep_lines(result)
+    lines += [f"note: {note}" for note in est.notes + (result.facts.notes if result.facts else [])]
+    lines += _remedy_lines(result)
+    lines += _read_from_lines(est)
+    return "\n".join(lines)
+
+
+def _problem_lines(result: Result) -> Optional[List[str]]:
+    """The report of a run that has no estimate (unreadable input, bad values, no model)."""
     if result.input_error:
-        return f"vram-estimate: {result.input_error}"
-    for e in result.errors:
-        lines.append(f"TPF102 line {e.line}: {e.message}")
+        return [f"vram-estimate: {result.input_error}"]
     if result.errors:
+        lines = [f"TPF102 line {e.line}: {e.message}" for e in result.errors]
         lines.append(
             "no estimate: correct the values above first (nothing is estimated on a value that is wrong)"
         )
-        return "\n".join(lines)
-    if est is None:
-        lines.append(
-            "no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)"
-        )
-        facts = result.facts
-        runtime_model = [facts.runtime_model] if facts and facts.runtime_model else []
-        for note in runtime_model + (facts.notes if facts else []):
-            lines.append(f"note: {note}")
-        return "\n".join(lines)
-    s = est.settings
+        return lines
+    if result.estimate is not None:
+        return None
+    lines = ["no model: name one with '# vram: model=...' (or params=7B), --model, or from_pretrained(...)"]
+    facts = result.facts
+    runtime_model = [facts.runtime_model] if facts and facts.runtime_model else []
+    lines += [f"note: {note}" for note in runtime_model + (facts.notes if facts else [])]
+    return lines
 
-    def v(key: str) -> Any:
-        return s[key].value if key in s else None
 
+def _title(est: Estimate, filename: Optional[str]) -> str:
     title = f"vram-estimate: {filename or 'config'}"
     if est.target:
         t = est.target
@@ -189,9 +218,17 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
             f" -> {t['name']}{count}: {gib(est.capacity)} GiB reported, usable {gib(est.usable)} GiB "
             f"(context {gib(est.context)}, reserve {gib(est.reserve)})"
         )
-    lines.append(title)
+    return title
+
+
+def _settings_line(est: Estimate) -> str:
+    s = est.settings
+
+    def v(key: str) -> Any:
+        return s[key].value if key in s else None
+
     model = v("model") or f"params={v('params'):,}"
-    lines.append(
+    return (
         f"model {model}: {est.params_total / 1e9:.3g}B params, "
         f"{est.params_trainable / 1e6:,.1f}M trainable; "
         f"mode {v('mode')}, batch {v('batch')}, seq {v('seq')}, {v('precision')}, "
@@ -201,65 +238,78 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
         + (f", LoRA r={v('lora')}" if v("lora") else "")
         + (f", context {v('context')}" if v("context") and v("mode") == "generate" else "")
     )
-    lines.append("")
+
+
+def _breakdown_lines(est: Estimate) -> List[str]:
+    """The peak phase's terms with bars, then what is predicted: the reserved peak, the
+    allocated peak and (with a target) the card's view, each with its interval."""
     scale = max(est.upper, est.usable or 0)
     width = max(len(t.name) for t in est.terms)
-    for t in est.terms:
-        if t.point <= 0 and t.upper <= 0:
-            continue
-        lines.append(f"  {t.name:<{width}} {gib(t.point):>8} GiB  {_bar(t.point, scale):<29} {t.note}")
+    lines = [
+        f"  {t.name:<{width}} {gib(t.point):>8} GiB  {_bar(t.point, scale):<29} {t.note}"
+        for t in est.terms
+        if t.point > 0 or t.upper > 0
+    ]
     lines.append(f"  {'-' * width} {'-' * 12}")
-    lines.append(
-        f"  {'peak':<{width}} {gib(est.point):>8} GiB  interval {gib(est.lower)}–{gib(est.upper)} GiB"
-    )
+    width = max(width, len("allocated peak"))
+    lines.append(_figure_line("allocated peak", est.allocated(), width, ALLOCATED_IS))
+    lines.append(_figure_line("reserved peak", (est.lower, est.point, est.upper), width, RESERVED_IS))
     if est.target:
+        lines.append(_figure_line("card's view", card_view(est), width, CARD_IS))
         share = est.point / est.usable * 100 if est.usable else float("inf")
         lines.append(
             f"  {'usable':<{width}} {gib(est.usable):>8} GiB  {_bar(est.usable, scale)}  peak = {share:.0f}% "
             f"of usable"
         )
-        verdict = est.verdict
-        explain = {
-            "fits": "the upper end of the interval fits",
-            "tight": "the interval straddles usable memory (TPF101)",
-            "oom": "even the optimistic end exceeds usable memory (TPF100)",
-        }[verdict]
-        lines.append("")
-        lines.append(f"verdict: {verdict.upper()} - {explain}")
-    else:
-        lines.append("")
-        lines.append("no target GPU: pass --gpu (or '# vram: gpu=...') for a verdict")
-    lines.extend(sweep_lines(result))
-    for note in est.notes + (result.facts.notes if result.facts else []):
-        lines.append(f"note: {note}")
-    if result.remedies:
-        lines.append("")
-        lines.append("remedies (each alone):")
-        lw = max(len(o.remedy.label) for o in result.remedies)
-        lines.append(f"  {'remedy':<{lw}}  {'saving':>8}  {'new peak':>9}  {'verdict':<7}  cost")
-        for o in sorted(result.remedies, key=lambda o: -o.saving(est)):
-            lines.append(
-                f"  {o.remedy.label:<{lw}}  {gib(o.saving(est)):>4} GiB  {gib(o.estimate.point):>5} GiB  "
-                f"{o.estimate.verdict:<7}  {o.remedy.cost}"
-            )
-        lines.append("")
-        if result.combination:
-            c = result.combination
-            lines.append(
-                f"smallest combination that fits: {' + '.join(c.labels)} -> {gib(c.estimate.point)} GiB "
-                f"({gib(c.estimate.lower)}–{gib(c.estimate.upper)})"
-            )
-        else:
-            lines.append("nothing here fits this card.")
+    return lines
+
+
+def _figure_line(label: str, triple: Tuple[float, float, float], width: int, what: str) -> str:
+    lower, point, upper = triple
+    return f"  {label:<{width}} {gib(point):>8} GiB  interval {gib(lower)}–{gib(upper)} GiB  ({what})"
+
+
+def _verdict_lines(est: Estimate) -> List[str]:
+    if not est.target:
+        return ["", "no target GPU: pass --gpu (or '# vram: gpu=...') for a verdict"]
+    verdict = est.verdict
+    return ["", f"verdict: {verdict.upper()} - {VERDICT_EXPLAINED[verdict]}"]
+
+
+def _remedy_lines(result: Result) -> List[str]:
+    if not result.remedies:
+        return []
+    est = result.estimate
+    lw = max(len(o.remedy.label) for o in result.remedies)
+    header = f"  {'remedy':<{lw}}  {'saving':>8}  {'new peak':>9}  {'verdict':<7}  cost"
+    lines = ["", "remedies (each alone):", header]
+    for o in sorted(result.remedies, key=lambda o: -o.saving(est)):
+        lines.append(
+            f"  {o.remedy.label:<{lw}}  {gib(o.saving(est)):>4} GiB  {gib(o.estimate.point):>5} GiB  "
+            f"{o.estimate.verdict:<7}  {o.remedy.cost}"
+        )
     lines.append("")
-    lines.append("read from:")
-    for key in (*(k for k in KEYS if k != "gpu"), "lora_targets", "gpu"):
+    c = result.combination
+    if c:
+        lines.append(
+            f"smallest combination that fits: {' + '.join(c.labels)} -> {gib(c.estimate.point)} GiB "
+            f"({gib(c.estimate.lower)}–{gib(c.estimate.upper)})"
+        )
+    else:
+        lines.append("nothing here fits this card.")
+    return lines
+
+
+def _read_from_lines(est: Estimate) -> List[str]:
+    s = est.settings
+    lines = ["", "read from:"]
+    for key in (*(k for k in KEYS if k != "gpu"), *READ_FROM_EXTRAS, "gpu"):
         if key in s:
             val = s[key].value
             if isinstance(val, list):
                 val = ",".join(map(str, val))
             lines.append(f"  {key:<14} {str(val):<22} {s[key].source}")
-    return "\n".join(lines)
+    return lines
 
 
 def sweep_lines(result: Result) -> List[str]:
@@ -299,14 +349,22 @@ def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any
         dict(name=t.name, lower=int(t.lower), point=int(t.point), upper=int(t.upper), note=t.note)
         for t in est.terms
     ]
-    doc["peak"] = {
-        "lower": int(est.lower),
-        "point": int(est.point),
-        "upper": int(est.upper),
-        "point_gib": round(est.point / GIB, 3),
-    }
+    doc["peak"] = _figure((est.lower, est.point, est.upper))  # the reserved peak, as before
+    doc["allocated"] = dict(_figure(est.allocated()), measured_by=ALLOCATED_IS)
+    doc["reserved"] = dict(doc["peak"], measured_by=RESERVED_IS)
     if est.target:
-        doc["target"] = {
+        doc.update(_json_judged(result))
+    doc["notes"] = est.notes + (result.facts.notes if result.facts else [])
+    return doc
+
+
+def _json_judged(result: Result) -> Dict[str, Any]:
+    """What a target adds: the card's view, the verdict on it, remedies and sweeps."""
+    est = result.estimate
+    combination = result.combination
+    return {
+        "card": dict(_figure(card_view(est)), measured_by="nvidia-smi (reserved + CUDA context)"),
+        "target": {
             "name": est.target["name"],
             "gpu": est.target.get("gpu"),
             "count": est.target.get("count"),
@@ -314,9 +372,9 @@ def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any
             "context": int(est.context),
             "reserve": int(est.reserve),
             "usable": int(est.usable),
-        }
-        doc["verdict"] = est.verdict
-        doc["remedies"] = [
+        },
+        "verdict": est.verdict,
+        "remedies": [
             dict(
                 remedy=o.remedy.label,
                 saving=int(o.saving(est)),
@@ -325,32 +383,35 @@ def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any
                 cost=o.remedy.cost,
             )
             for o in result.remedies
-        ]
-        doc["combination"] = (
+        ],
+        "combination": (
             dict(
-                remedies=result.combination.labels,
-                peak=int(result.combination.estimate.point),
-                upper=int(result.combination.estimate.upper),
+                remedies=combination.labels,
+                peak=int(combination.estimate.point),
+                upper=int(combination.estimate.upper),
             )
-            if result.combination
+            if combination
             else None
-        )
-        doc["sweeps"] = [
-            dict(
-                input=sw.key,
-                default=sw.default,
-                decides=sw.decides,
-                points=[
-                    dict(
-                        value=v, verdict=e.verdict, lower=int(e.lower), point=int(e.point), upper=int(e.upper)
-                    )
-                    for v, e in sw.points
-                ],
-            )
-            for sw in result.sweeps
-        ]
-    doc["notes"] = est.notes + (result.facts.notes if result.facts else [])
-    return doc
+        ),
+        "sweeps": [_json_sweep(sw) for sw in result.sweeps],
+    }
+
+
+def _json_sweep(sw: Sweep) -> Dict[str, Any]:
+    return dict(
+        input=sw.key,
+        default=sw.default,
+        decides=sw.decides,
+        points=[
+            dict(value=v, verdict=e.verdict, lower=int(e.lower), point=int(e.point), upper=int(e.upper))
+            for v, e in sw.points
+        ],
+    )
+
+
+def _figure(triple: Tuple[float, float, float]) -> Dict[str, Any]:
+    lower, point, upper = triple
+    return {"lower": int(lower), "point": int(point), "upper": int(upper), "point_gib": round(point / GIB, 3)}
 
 
 def _plain(value: Any) -> Any:

@@ -33,7 +33,7 @@ import ast
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .call_handlers import on_call
-from .entrypoints import bind_statement, find_entry_points, finish_model_shape
+from .entrypoints import bind_statement, find_entry_points, finish_model_shape, module_lora_switches
 from .folding import Unknown
 from .inputs import parse_source
 from .script_state import ScriptFacts, ScriptState
@@ -58,15 +58,16 @@ class _Reader(ScriptState):
                 if q.endswith(("no_grad()", "inference_mode()")):
                     self.mark("inference", node.lineno, "no_grad/inference_mode")
         finish_model_shape(self)
+        module_lora_switches(self)
         self.fix_mode()
         return self.facts
 
     def index_nodes(self) -> None:
-        """One walk of the tree, nodes kept by the kind each pass reads (three walks of a
-        1 MB file cost seconds)."""
+        """One walk of the tree, nodes kept by the kind each pass reads (three walks of a 1 MB
+        file cost seconds)."""
         kinds = {ast.Call: ast.Call, ast.Import: ast.Import, ast.ImportFrom: ast.Import,
                  ast.FunctionDef: ast.FunctionDef, ast.AsyncFunctionDef: ast.FunctionDef,
-                 ast.With: ast.With, ast.AsyncWith: ast.With}
+                 ast.With: ast.With, ast.AsyncWith: ast.With, ast.If: ast.If}
         self.nodes = {k: [] for k in set(kinds.values())}
         for node in ast.walk(self.tree):
             kind = kinds.get(type(node))

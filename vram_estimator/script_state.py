@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import db
 from .config_comments import Value
 from .folding import Evaluate, Folder, Resolved
+from .model_names import stored_precision
 from .setting_names import dtype_name, interpret
 
 MAX_CHAIN = 64  # longer attribute/call chains are never names we know
@@ -42,6 +43,9 @@ class ScriptFacts:
     configurator: Optional[int] = None  # line of exec(open('configurator.py').read())
     runtime_model: Optional[str] = None  # from_pretrained(name) with name set at run time
     errors: List[str] = field(default_factory=list)
+    # what the launcher decides only when the run has more than one rank (litgpt's
+    # ``if devices > 1: strategy = FSDPStrategy(...)``): applied by api.resolve once world > 1
+    multi_rank: Dict[str, Value] = field(default_factory=dict)
 
     def put(
         self, key: str, value: Any, source: str, line: Optional[int], prio: int, guessed: bool = False
@@ -55,6 +59,11 @@ class ScriptFacts:
         self.values[key] = Value(value, source, line, guessed=guessed)
         self.prio[key] = prio
         return True
+
+    def put_multi_rank(self, key: str, value: Any, source: str, line: Optional[int]) -> None:
+        """Record what the run uses when it has more than one rank; the first place wins."""
+        if value is not None and key not in self.multi_rank:
+            self.multi_rank[key] = Value(value, source, line)
 
 
 class ScriptState:
@@ -82,6 +91,7 @@ class ScriptState:
         self.overrides = overrides or {}  # configurator-style: name -> (value, source, line)
         self.folder = Folder(self._lookup)
         self.facts = ScriptFacts()
+        self._rank_conditional: Optional[set] = None
 
     # ----------------------------------------------------------------- names
 
@@ -106,6 +116,28 @@ class ScriptState:
 
     def put(self, key: str, value: Any, line: int, prio: int, how: str = "", guessed: bool = False) -> None:
         self.facts.put(key, value, self.src(line, how), line, prio, guessed)
+
+    def put_launch(self, call: ast.Call, key: str, value: Any, how: str) -> None:
+        """A launcher's choice (a strategy object): under an ``if`` on the device count it is what
+        the run uses with more than one rank (litgpt: ``if devices > 1: strategy =
+        FSDPStrategy(...)``), else always."""
+        if id(call) in self.rank_conditional():
+            source = self.src(call.lineno, how + ", with more than one rank")
+            self.facts.put_multi_rank(key, value, source, call.lineno)
+        else:
+            self.put(key, value, call.lineno, 3, how)
+
+    def rank_conditional(self) -> set:
+        """Ids of the calls inside an ``if`` (either branch) whose test names a device or rank
+        count (``devices``, ``world_size``, ``num_gpus``, ...); computed once, on first use."""
+        if self._rank_conditional is None:
+            self._rank_conditional = set()
+            for branch in self.nodes.get(ast.If, []):
+                if _names_a_rank_count(branch.test):
+                    for stmt in branch.body + branch.orelse:
+                        calls = (n for n in ast.walk(stmt) if isinstance(n, ast.Call))
+                        self._rank_conditional.update(id(n) for n in calls)
+        return self._rank_conditional
 
     def mark(self, what: str, line: int, why: str) -> None:
         self.facts.markers.setdefault(what, (line, why))
@@ -173,6 +205,9 @@ class ScriptState:
         key = db.find_model(text) if len(text) <= 200 else None
         if key:
             self.put("model", key, line, prio, how)
+            stored = stored_precision(text)
+            if stored:  # below load_in_4bit= / BitsAndBytesConfig (5), above a torch_dtype= (2)
+                self.put("precision", stored, line, 4, f"'{text[:80]}' is a pre-quantised checkpoint")
         else:
             self.facts.unknown_models.append((text, line))
             self.facts.model_refs.append((text, line, how))
@@ -201,3 +236,14 @@ class ScriptState:
                 self.facts.model_refs.append((canonical, line, how))
         else:
             self.put(setting, canonical, line, 1 + prio_base + rank, how)
+
+
+RANK_COUNT_WORDS = ("device", "world", "gpu", "nproc", "num_nodes", "node", "rank")
+
+
+def _names_a_rank_count(test: ast.AST) -> bool:
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        if name and any(word in name.lower() for word in RANK_COUNT_WORDS):
+            return True
+    return False

@@ -62,7 +62,14 @@ NAMES: Dict[str, NameRule] = {
     ),
     **_rules("image", "count", "image_size img_size resolution crop_size input_size image_side"),
     **_rules("new_tokens", "count", "max_new_tokens"),
-    **_rules("grad_accum", "count", "gradient_accumulation_steps grad_accum_steps accumulate_grad_batches"),
+    **_rules(
+        "grad_accum",
+        "count",
+        "gradient_accumulation_steps grad_accum_steps accumulate_grad_batches gradient_accumulation_iters "
+        "gradient_accumulation grad_accum gradient_accumulate_every accum_iter",
+    ),
+    # the batch of one optimizer step over every rank: accumulation = global / (micro x world)
+    **_rules("global_batch", "count", "global_batch_size total_batch_size effective_batch_size"),
     **_rules("decoder_seq", "count", "max_target_length max_target_len decoder_max_length"),
     **_rules("lora", "count", "lora_r lora_rank"),
     **_rules(

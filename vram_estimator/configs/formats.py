@@ -29,12 +29,28 @@ class Setting:
     value: Any
     field: str = ""
     prio: int = 4
+    multi_rank: bool = False  # what the launcher does only with more than one rank
+    line: Optional[int] = None  # where it is, when the field does not say (a launch line)
 
 
 def _count(value: Any, key: str) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
     return value if value <= LIMITS.get(key, 1 << 30) else None
+
+
+def _optimizer_settings(value: Any, field: str, prio: int) -> List[Setting]:
+    """The optimizer a config names, and ``fused: true`` / ``foreach: false`` in its arguments
+    (torchtune puts them beside ``_component_``, litgpt under ``init_args``)."""
+    name = _optimizer_class(value)
+    if not name:
+        return []
+    out = [Setting("optimizer", name, field, prio)]
+    if isinstance(value, dict):
+        args = value.get("init_args") if isinstance(value.get("init_args"), dict) else value
+        if args.get("fused") is True or args.get("foreach") is False:
+            out.append(Setting("optimizer_foreach", False, field, prio))
+    return out
 
 
 def _optimizer_class(value: Any) -> Optional[str]:
@@ -63,13 +79,17 @@ def read_deepspeed(config: Dict[str, Any], prefix: str = "") -> List[Setting]:
     mb = _count(config.get("train_micro_batch_size_per_gpu"), "batch")
     if mb:
         out.append(Setting("batch", mb, prefix + "train_micro_batch_size_per_gpu", 3))
+    accum = _count(config.get("gradient_accumulation_steps"), "grad_accum")
+    if accum:
+        out.append(Setting("grad_accum", accum, prefix + "gradient_accumulation_steps", 3))
+    total = _count(config.get("train_batch_size"), "global_batch")
+    if total:
+        out.append(Setting("global_batch", total, prefix + "train_batch_size", 3))
     for key, precision in (("bf16", "bf16"), ("fp16", "fp16")):
         section = config.get(key)
         if isinstance(section, dict) and section.get("enabled") is True:
             out.append(Setting("precision", precision, prefix + f"{key}.enabled", 4))
-    name = _optimizer_class(config.get("optimizer"))
-    if name:
-        out.append(Setting("optimizer", name, prefix + "optimizer.type", 3))
+    out += _optimizer_settings(config.get("optimizer"), prefix + "optimizer.type", 3)
     return out
 
 
@@ -202,29 +222,57 @@ def _litgpt(doc: Doc) -> List[Setting]:
     precision = d.get("precision")
     if isinstance(precision, (str, int)) and str(precision) in LIGHTNING_PRECISION:
         out.append(Setting("precision", LIGHTNING_PRECISION[str(precision)], "precision", 4))
-    quantize = d.get("quantize")
-    if isinstance(quantize, str) and quantize in LITGPT_QUANTIZE:
-        out.append(Setting("precision", LITGPT_QUANTIZE[quantize], "quantize", 6))
     devices = _count(d.get("devices"), "world")
     nodes = _count(d.get("num_nodes"), "world") or 1
     if devices:
         out.append(Setting("world", devices * nodes, "devices", 4))
+    out += _litgpt_lora(d) + _litgpt_train(d) + _litgpt_launch(d)
+    out += _optimizer_settings(d.get("optimizer"), "optimizer", 4)
+    quantize = d.get("quantize")
+    if isinstance(quantize, str) and quantize in LITGPT_QUANTIZE:
+        out.append(Setting("precision", LITGPT_QUANTIZE[quantize], "quantize", 6))
+        # litgpt's finetune scripts swap the AdamW they are given for bitsandbytes' PagedAdamW
+        # when the model is quantised (litgpt.utils.instantiate_bnb_optimizer)
+        out.append(Setting("optimizer", "paged-adamw", "quantize", 5))
+    return out
+
+
+def _litgpt_lora(d: Dict[str, Any]) -> List[Setting]:
     rank = _count(d.get("lora_r"), "lora")
-    if rank:
-        out.append(Setting("lora", rank, "lora_r", 4))
-        roles = [m for role, mods in LITGPT_LORA_ROLES.items() if d.get(role) is True for m in mods]
-        if roles:
-            out.append(Setting("lora_targets", roles, "lora_* switches", 4))
+    if not rank:
+        return []
+    out = [Setting("lora", rank, "lora_r", 4)]
+    roles = [m for role, mods in LITGPT_LORA_ROLES.items() if d.get(role) is True for m in mods]
+    if roles:
+        out.append(Setting("lora_targets", roles, "lora_* switches", 4))
+    return out
+
+
+def _litgpt_train(d: Dict[str, Any]) -> List[Setting]:
     train = d.get("train") if isinstance(d.get("train"), dict) else {}
+    out: List[Setting] = []
     mb = _count(train.get("micro_batch_size"), "batch")
     if mb:
         out.append(Setting("batch", mb, "train.micro_batch_size", 5))
+    total = _count(train.get("global_batch_size"), "global_batch")
+    if total:
+        out.append(Setting("global_batch", total, "train.global_batch_size", 4))
     seq = _count(train.get("max_seq_length"), "seq")
     if seq:
         out.append(Setting("seq", seq, "train.max_seq_length", 4))
-    name = _optimizer_class(d.get("optimizer"))
-    if name:
-        out.append(Setting("optimizer", name, "optimizer", 4))
+    return out
+
+
+def _litgpt_launch(d: Dict[str, Any]) -> List[Setting]:
+    """What litgpt's scripts do with ``devices * num_nodes > 1``: the finetune scripts (a
+    ``checkpoint_dir``) shard with FSDP (FSDP2 ``fully_shard`` for LoRA) and checkpoint every
+    block; ``litgpt pretrain`` (a ``model_name``, no ``checkpoint_dir``) shards without
+    checkpointing."""
+    field = "devices > 1 (litgpt's launcher)"
+    out = [Setting("sharding", "fsdp", field, 3, multi_rank=True)]
+    if "checkpoint_dir" in d:
+        why = field + ": activation checkpointing per block"
+        out.append(Setting("checkpointing", "on", why, 3, multi_rank=True))
     return out
 
 
@@ -243,31 +291,42 @@ def torchtune_model(component: str) -> Tuple[Optional[str], int, bool]:
     return db.find_model(base), lora, quantised
 
 
+def torchtune_model_settings(model: Dict[str, Any], field: str = "model._component_") -> List[Setting]:
+    """A torchtune model builder and its arguments (a recipe's ``model:`` section, or the
+    keywords of ``lora_llama3_1_8b(...)`` in a script)."""
+    out: List[Setting] = []
+    component = model.get("_component_")
+    if not isinstance(component, str):
+        return out
+    key, lora, quantised = torchtune_model(component)
+    if key:
+        out.append(Setting("model", key, field, 4))
+    if lora:
+        rank = _count(model.get("lora_rank"), "lora") or 8
+        out.append(Setting("lora", rank, "model.lora_rank", 4))
+        attention_modules = model.get("lora_attn_modules") or []
+        targets = [TORCHTUNE_MODULES.get(m, m) for m in attention_modules if isinstance(m, str)]
+        if model.get("apply_lora_to_mlp") is True:
+            targets += ["gate_proj", "up_proj", "down_proj"]
+        if model.get("apply_lora_to_output") is True:
+            targets.append("lm_head")
+        if targets:
+            out.append(Setting("lora_targets", targets, "model.lora_attn_modules", 4))
+    if quantised or model.get("quantize_base") is True:
+        out.append(Setting("precision", "nf4", field, 6))
+    return out
+
+
 def _torchtune(doc: Doc) -> List[Setting]:
     d = doc.data
-    out: List[Setting] = []
     model = d.get("model") if isinstance(d.get("model"), dict) else {}
-    component = model.get("_component_")
-    if isinstance(component, str):
-        key, lora, quantised = torchtune_model(component)
-        if key:
-            out.append(Setting("model", key, "model._component_", 4))
-        if lora:
-            rank = _count(model.get("lora_rank"), "lora") or 8
-            out.append(Setting("lora", rank, "model.lora_rank", 4))
-            attention_modules = model.get("lora_attn_modules") or []
-            targets = [TORCHTUNE_MODULES.get(m, m) for m in attention_modules if isinstance(m, str)]
-            if model.get("apply_lora_to_mlp") is True:
-                targets += ["gate_proj", "up_proj", "down_proj"]
-            if model.get("apply_lora_to_output") is True:
-                targets.append("lm_head")
-            if targets:
-                out.append(Setting("lora_targets", targets, "model.lora_attn_modules", 4))
-        if quantised or model.get("quantize_base") is True:
-            out.append(Setting("precision", "nf4", "model._component_", 6))
+    out: List[Setting] = torchtune_model_settings(model)
     mb = _count(d.get("batch_size"), "batch")
     if mb:
         out.append(Setting("batch", mb, "batch_size", 5))
+    accum = _count(d.get("gradient_accumulation_steps"), "grad_accum")
+    if accum:
+        out.append(Setting("grad_accum", accum, "gradient_accumulation_steps", 4))
     tokenizer = d.get("tokenizer") if isinstance(d.get("tokenizer"), dict) else {}
     seq = _count(tokenizer.get("max_seq_len"), "seq")
     if seq:
@@ -277,9 +336,29 @@ def _torchtune(doc: Doc) -> List[Setting]:
         out.append(Setting("precision", TORCHTUNE_DTYPES[dtype], "dtype", 4))
     if d.get("enable_activation_checkpointing") is True:
         out.append(Setting("checkpointing", "on", "enable_activation_checkpointing", 4))
-    name = _optimizer_class(d.get("optimizer"))
-    if name:
-        out.append(Setting("optimizer", name, "optimizer._component_", 4))
+    if d.get("optimizer_in_bwd") is True:
+        out.append(Setting("optimizer_in_bwd", True, "optimizer_in_bwd", 4))
+    out += _optimizer_settings(d.get("optimizer"), "optimizer._component_", 4)
+    return out + _torchtune_recipe(doc)
+
+
+def _torchtune_recipe(doc: Doc) -> List[Setting]:
+    """What the recipe decides: a ``*_single_device`` recipe runs on one GPU; the distributed
+    ones (``lora_finetune_distributed``, ``full_finetune_distributed``) shard the model with
+    FSDP2 over every rank, on the host too with ``fsdp_cpu_offload``.  The recipe is the one
+    the config's ``tune run`` comment lines name, else what its file name says (torchtune names
+    its single-device configs ``*_single_device.yaml``)."""
+    launch = doc.launch
+    recipe = launch.recipe if launch and launch.recipe else ""
+    single = "single_device" in recipe if recipe else "single_device" in doc.name
+    if single:
+        return [Setting("world", 1, f"torchtune single-device recipe ({recipe or doc.name})", 2)]
+    field = f"torchtune distributed recipe ({recipe or doc.name}), FSDP2 with more than one rank"
+    out = [Setting("sharding", "fsdp", field, 3, multi_rank=True)]
+    if doc.data.get("fsdp_cpu_offload") is True:
+        out.append(Setting("offload", "both", "fsdp_cpu_offload", 3, multi_rank=True))
+    if launch and launch.world:
+        out.append(Setting("world", launch.world, f"comment line {launch.line} ({launch.how})", 2))
     return out
 
 
@@ -303,27 +382,47 @@ def _accelerate(doc: Doc) -> List[Setting]:
     mp = d.get("mixed_precision")
     if mp in ("bf16", "fp16"):
         out.append(Setting("precision", f"{mp}-mixed", "mixed_precision", 4))
-    world = _count(d.get("num_processes"), "world")
+    world = _count(d.get("num_processes"), "world")  # over every machine
     if world:
         out.append(Setting("world", world, "num_processes", 4))
     kind = str(d.get("distributed_type", "")).upper()
-    ds = d.get("deepspeed_config") if isinstance(d.get("deepspeed_config"), dict) else {}
-    fsdp = d.get("fsdp_config") if isinstance(d.get("fsdp_config"), dict) else {}
     if kind == "DEEPSPEED":
-        stage = ds.get("zero_stage")
-        if stage in (1, 2, 3):
-            out.append(Setting("sharding", f"zero{stage}", "deepspeed_config.zero_stage", 4))
-        offload = _offload(ds.get("offload_optimizer_device"), ds.get("offload_param_device"))
-        if offload:
-            out.append(Setting("offload", offload, "deepspeed_config", 4))
+        out += _accelerate_deepspeed(_section(d, "deepspeed_config"))
     elif kind == "FSDP":
-        strategy = str(fsdp.get("fsdp_sharding_strategy", "full_shard")).lower()
-        sharding = FSDP_STRATEGIES.get(strategy, "fsdp")
-        out.append(Setting("sharding", sharding, "fsdp_config.fsdp_sharding_strategy", 4))
-        if fsdp.get("fsdp_offload_params") is True:
-            out.append(Setting("offload", "both", "fsdp_config.fsdp_offload_params", 4))
+        out += _accelerate_fsdp(_section(d, "fsdp_config"))
     elif kind in ("MULTI_GPU", "MULTI_NPU", "MULTI_XPU"):
         out.append(Setting("sharding", "ddp", "distributed_type", 3))
+    return out
+
+
+def _section(d: Dict[str, Any], key: str) -> Dict[str, Any]:
+    return d[key] if isinstance(d.get(key), dict) else {}
+
+
+def _accelerate_deepspeed(ds: Dict[str, Any]) -> List[Setting]:
+    out: List[Setting] = []
+    stage = ds.get("zero_stage")
+    if stage in (1, 2, 3):
+        out.append(Setting("sharding", f"zero{stage}", "deepspeed_config.zero_stage", 4))
+    offload = _offload(ds.get("offload_optimizer_device"), ds.get("offload_param_device"))
+    if offload:
+        out.append(Setting("offload", offload, "deepspeed_config", 4))
+    accum = _count(ds.get("gradient_accumulation_steps"), "grad_accum")
+    if accum:
+        out.append(Setting("grad_accum", accum, "deepspeed_config.gradient_accumulation_steps", 4))
+    return out
+
+
+def _accelerate_fsdp(fsdp: Dict[str, Any]) -> List[Setting]:
+    strategy = str(fsdp.get("fsdp_sharding_strategy", "full_shard")).lower()
+    sharding = FSDP_STRATEGIES.get(strategy, "fsdp")
+    if fsdp.get("fsdp_version") == 2 and "fsdp_reshard_after_forward" in fsdp:
+        sharding = "fsdp" if fsdp["fsdp_reshard_after_forward"] is not False else "zero2"
+    out = [Setting("sharding", sharding, "fsdp_config.fsdp_sharding_strategy", 4)]
+    if fsdp.get("fsdp_offload_params") is True:
+        out.append(Setting("offload", "both", "fsdp_config.fsdp_offload_params", 4))
+    if fsdp.get("fsdp_activation_checkpointing") is True:
+        out.append(Setting("checkpointing", "on", "fsdp_config.fsdp_activation_checkpointing", 4))
     return out
 
 

@@ -33,6 +33,7 @@ class Doc:
     name: str
     lines: Dict[Path, int] = field(default_factory=dict)
     key_lines: Dict[str, int] = field(default_factory=dict)  # a key's first line, any depth
+    launch: Optional[Any] = None  # the launch line its comments document (configs.launch.Launch)
 
     def get(self, dotted: str, default: Any = None) -> Any:
         node = self.data
@@ -67,7 +68,12 @@ def load(path: str) -> Doc:
     name = os.path.basename(path)
     if path.lower().endswith(".json"):
         return parse_json(text, name)
-    return parse_yaml(text, name)
+    doc = parse_yaml(text, name)
+    if "run" in text:  # cheap test before reading every comment line for a launch command
+        from .launch import agreed, launches
+
+        doc.launch = agreed(launches(text, comments=True))
+    return doc
 
 
 def parse_json(text: str, name: str) -> Doc:

@@ -1,0 +1,115 @@
+"""Model names as people write them, reduced to the names the database knows.
+
+``db.find_model`` knows each built-in architecture by its key, its aliases and its Hugging Face
+ids.  People also write:
+
+* re-uploads and quantised copies: ``unsloth/llama-3-8b-bnb-4bit``,
+  ``TheBloke/Llama-2-7B-GPTQ``, ``Qwen/Qwen2.5-7B-Instruct-AWQ`` (the suffix also says how the
+  weights are stored: :func:`stored_precision`);
+* checkpoint folders: litgpt's ``checkpoints/<org>/<name>``, ``./models/<name>``;
+* litgpt and torchtune names: ``Llama-2-7b-hf``, ``tiny-llama-1.1b``, ``llama3_1_8b``;
+* lit-llama's sizes: ``LLaMAConfig.from_name("7B")`` (:data:`LIT_LLAMA_SIZES`).
+
+:func:`alternative_forms` yields the reduced names to look up, in order; the tables here are
+knowledge of how those names are built, never of one file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional
+
+# packaging suffixes of quantised re-uploads -> how the weights are stored (our precision);
+# GPTQ/AWQ int4 are estimated as nf4 (see docs/vram.md, Known limits)
+QUANT_SUFFIXES = (
+    ("-unsloth-bnb-4bit", "nf4"),
+    ("-bnb-4bit", "nf4"),
+    ("-bnb-nf4", "nf4"),
+    ("-bnb-8bit", "int8"),
+    ("-4bit", "nf4"),
+    ("-8bit", "int8"),
+    ("-nf4", "nf4"),
+    ("-int4", "nf4"),
+    ("-int8", "int8"),
+    ("-gptq", "nf4"),
+    ("-awq", "nf4"),
+)
+# folders a checkpoint's id is kept under (litgpt downloads to checkpoints/<org>/<name>)
+FOLDER_PREFIXES = ("checkpoints", "models", "model", "weights", "pretrained", "hf_models")
+# names of models with a built-in's exact shape: LLaMA (1) 7B and 13B have Llama 2's
+# dimensions, vocabulary and parameter count (6,738,415,616 and 13,015,864,320)
+SAME_SHAPE = {
+    "llama7b": "llama-2-7b",
+    "llama7bhf": "llama-2-7b",
+    "llama13b": "llama-2-13b",
+    "llama13bhf": "llama-2-13b",
+}
+# lit-llama's LLaMAConfig.from_name sizes
+LIT_LLAMA_SIZES = {"7b": "llama-2-7b", "13b": "llama-2-13b"}
+
+_SEPARATORS = re.compile(r"[^a-z0-9]")
+
+
+def stored_precision(text: str) -> Optional[str]:
+    """``nf4`` for ``unsloth/llama-3-8b-bnb-4bit``, ``int8`` for ``...-8bit``; None otherwise."""
+    low = (text or "").lower().rstrip("/")
+    for suffix, precision in QUANT_SUFFIXES:
+        if low.endswith(suffix) or f"{suffix}-" in low:
+            return precision
+    return None
+
+
+def _without_quant_suffix(text: str) -> str:
+    low = text.lower()
+    for suffix, _ in QUANT_SUFFIXES:
+        at = low.find(suffix)
+        if at > 0 and (at + len(suffix) == len(low) or low[at + len(suffix)] == "-"):
+            return text[:at]
+    return text
+
+
+def _without_folders(text: str) -> str:
+    """``./checkpoints/meta-llama/Llama-2-7b-hf/`` -> ``meta-llama/Llama-2-7b-hf``."""
+    parts = [p for p in text.replace("\\", "/").split("/") if p not in ("", ".")]
+    while len(parts) > 1 and parts[0].lower() in FOLDER_PREFIXES:
+        parts = parts[1:]
+    return "/".join(parts[-2:])
+
+
+def alternative_forms(text: str) -> Iterator[str]:
+    """Reduced names to look up when ``text`` itself is not known, most specific first."""
+    if not text or len(text) > 300:
+        return
+    seen = {text}
+    for form in (_without_folders(text), _without_quant_suffix(_without_folders(text))):
+        for candidate in (form, form.rsplit("/", 1)[-1]):
+            if candidate and candidate not in seen:
+                seen.add(candidate)
+                yield candidate
+            same = SAME_SHAPE.get(_SEPARATORS.sub("", candidate.lower()))
+            if same and same not in seen:
+                seen.add(same)
+                yield same
+
+
+def lit_llama_size(text: str) -> Optional[str]:
+    """lit-llama's ``LLaMAConfig.from_name("7B")`` -> the built-in with that shape."""
+    return LIT_LLAMA_SIZES.get((text or "").strip().lower())
+
+
+def suggestion_text(text: str) -> str:
+    """What to compare with the known names for "closest built-in" hints."""
+    return _without_quant_suffix(_without_folders(text or "")).rsplit("/", 1)[-1] or text
+
+
+def closest_models(text: str, limit: int = 3) -> list:
+    """The built-ins closest to an unknown name (difflib on the reduced name), else those of the
+    size the name states (``stablelm-base-alpha-3b`` -> the 3B models)."""
+    from . import db
+
+    reduced = suggestion_text(text)[:64]
+    near = db.suggestions(reduced, db.model_names(), limit)
+    if near:
+        return near
+    sizes = re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)b(?![a-z0-9])", reduced.lower().replace("_", "-"))
+    return [k for k in db.model_names() if sizes and k.endswith(f"-{sizes[-1]}b")][:limit]
