@@ -209,9 +209,18 @@ optimizer:
 def test_litgpt_yaml_with_two_devices_is_fsdp_with_per_block_checkpointing(tmp_path):
     path = write(tmp_path, "lora.yaml", LITGPT_YAML.format(quantize="null", devices=2))
     s = settings(estimate_configs([path]))
-    assert s["world"].value == 2 and s["sharding"].value == "fsdp" and s["checkpointing"].value == "on"
+    assert s["world"].value == 2 and s["sharding"].value == "fsdp2" and s["checkpointing"].value == "on"
     assert "devices > 1 (litgpt's launcher)" in s["sharding"].source
     assert s["grad_accum"].value == 4 and s["optimizer"].value == "adamw"
+
+
+def test_litgpt_full_finetune_yaml_shards_whole_blocks_with_fsdp1(tmp_path):
+    """`litgpt finetune full` / `adapter`: FSDPStrategy(auto_wrap_policy={Block}), one FSDP1
+    unit per block (what the frozen-gradient term of LoRA under FSDP1 needs to know)."""
+    text = "\n".join(line for line in LITGPT_YAML.format(quantize="null", devices=4).splitlines()
+                     if not line.startswith("lora_"))
+    s = settings(estimate_configs([write(tmp_path, "full.yaml", text)]))
+    assert (s["sharding"].value, s["fsdp_units"].value, s["checkpointing"].value) == ("fsdp", "block", "on")
 
 
 def test_litgpt_yaml_quantised_single_device_uses_paged_adamw(tmp_path):
@@ -241,7 +250,7 @@ def test_torchtune_distributed_recipe_from_its_tune_run_comment(tmp_path):
     path = write(tmp_path, "8B_lora.yaml", TORCHTUNE.format(offload="True"))
     s = settings(estimate_configs([path]))
     assert s["world"].value == 2 and "comment line 2" in s["world"].source
-    assert s["sharding"].value == "fsdp" and "lora_finetune_distributed" in s["sharding"].source
+    assert s["sharding"].value == "fsdp2" and "lora_finetune_distributed" in s["sharding"].source
     assert s["offload"].value == "both" and s["grad_accum"].value == 8
     assert s["optimizer_foreach"].value is False
 
@@ -347,7 +356,7 @@ def test_launch_lines_that_disagree_give_no_world(tmp_path):
 def test_tune_run_line_in_a_shell_script_names_the_recipe(tmp_path):
     path = write(tmp_path, "go.sh", "tune run --nproc_per_node 2 full_finetune_distributed --config x\n")
     s = settings(estimate_configs([path], overrides={"model": "llama-3.1-8b"}))
-    assert s["world"].value == 2 and s["sharding"].value == "fsdp"
+    assert s["world"].value == 2 and s["sharding"].value == "fsdp2"
 
 
 def test_a_shell_script_runs_the_python_script_beside_it(tmp_path, capsys):

@@ -456,6 +456,9 @@ def _fsdp_strategy(reader: ScriptState, call: ast.Call) -> Launch:
     kind, _ = reader.value_of(call, "sharding_strategy")
     sharding = FSDP_STRATEGY_NAMES.get(kind.lower(), "fsdp") if isinstance(kind, str) else "fsdp"
     out: Launch = [("sharding", sharding, "FSDPStrategy")]
+    if reader.kw(call, "auto_wrap_policy") is not None:
+        # FSDP1 units of whole blocks: frozen and trainable weights share a flat parameter
+        out.append(("fsdp_units", "block", "FSDPStrategy(auto_wrap_policy=...)"))
     policy = reader.kw(call, "activation_checkpointing_policy", "activation_checkpointing")
     if policy is not None and not (isinstance(policy, ast.Constant) and policy.value in (None, False)):
         out.append(("checkpointing", "on", "FSDPStrategy(activation_checkpointing_policy=...)"))
@@ -474,7 +477,7 @@ def _model_parallel_strategy(reader: ScriptState, call: ast.Call) -> Launch:
     called = {reader.qual(c.func).rsplit(".", 1)[-1] for c in ast.walk(defs[0]) if isinstance(c, ast.Call)}
     out: Launch = []
     if "fully_shard" in called:
-        out.append(("sharding", "fsdp", f"ModelParallelStrategy({defs[0].name}): FSDP2 fully_shard"))
+        out.append(("sharding", "fsdp2", f"ModelParallelStrategy({defs[0].name}): FSDP2 fully_shard"))
     wraps = called & {"checkpoint_wrapper", "checkpoint"}
     if wraps and _constant_default(defs[0], "activation_checkpointing") is not False:
         out.append(("checkpointing", "on", f"{defs[0].name}() checkpoints every block"))

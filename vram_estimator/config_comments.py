@@ -101,7 +101,7 @@ SHARDINGS = {
     "fsdp": "fsdp",
     "full-shard": "fsdp",
     "full_shard": "fsdp",
-    "fsdp2": "fsdp",
+    "fsdp2": "fsdp2",
 }
 OFFLOADS = {
     "optimizer": "optimizer",

@@ -179,7 +179,7 @@ def _four_bit(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:
     )
 
 
-SHARDED_FOR_OFFLOAD = ("zero1", "zero2", "zero3", "fsdp")
+SHARDED_FOR_OFFLOAD = ("zero1", "zero2", "zero3", "fsdp", "fsdp2")
 
 
 def _offload(s: Dict[str, Value], run: _Run) -> Optional[Remedy]:

@@ -99,4 +99,4 @@ def _recipe_settings(launch: Launch) -> List[Setting]:
     if "single_device" in launch.recipe:
         return [Setting("world", 1, f"torchtune recipe {launch.recipe}", 5, line=launch.line)]
     why = f"torchtune recipe {launch.recipe}: FSDP2 with more than one rank"
-    return [Setting("sharding", "fsdp", why, 3, multi_rank=True, line=launch.line)]
+    return [Setting("sharding", "fsdp2", why, 3, multi_rank=True, line=launch.line)]

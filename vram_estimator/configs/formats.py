@@ -269,7 +269,14 @@ def _litgpt_launch(d: Dict[str, Any]) -> List[Setting]:
     block; ``litgpt pretrain`` (a ``model_name``, no ``checkpoint_dir``) shards without
     checkpointing."""
     field = "devices > 1 (litgpt's launcher)"
-    out = [Setting("sharding", "fsdp", field, 3, multi_rank=True)]
+    if "checkpoint_dir" in d and "lora_r" in d:
+        # finetune lora: ModelParallelStrategy whose parallelize_fn applies FSDP2 fully_shard
+        out = [Setting("sharding", "fsdp2", field + ": FSDP2 fully_shard", 3, multi_rank=True)]
+    else:
+        # full / adapter / pretrain: FSDPStrategy(auto_wrap_policy={Block}), one FSDP1 unit a block
+        out = [Setting("sharding", "fsdp", field + ": FSDP, one unit per block", 3, multi_rank=True),
+               Setting("fsdp_units", "block", field + ": auto_wrap_policy={Block}", 3,
+                       multi_rank=True)]
     if "checkpoint_dir" in d:
         why = field + ": activation checkpointing per block"
         out.append(Setting("checkpointing", "on", why, 3, multi_rank=True))
@@ -354,7 +361,7 @@ def _torchtune_recipe(doc: Doc) -> List[Setting]:
     if single:
         return [Setting("world", 1, f"torchtune single-device recipe ({recipe or doc.name})", 2)]
     field = f"torchtune distributed recipe ({recipe or doc.name}), FSDP2 with more than one rank"
-    out = [Setting("sharding", "fsdp", field, 3, multi_rank=True)]
+    out = [Setting("sharding", "fsdp2", field, 3, multi_rank=True)]
     if doc.data.get("fsdp_cpu_offload") is True:
         out.append(Setting("offload", "both", "fsdp_cpu_offload", 3, multi_rank=True))
     if launch and launch.world:
