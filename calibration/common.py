@@ -10,10 +10,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from vram_estimator import activations as A  # noqa: E402
-from vram_estimator import db  # noqa: E402
-from vram_estimator import estimate as E  # noqa: E402
-from vram_estimator.families import family as family_entry  # noqa: E402
+from vram_estimator.costs import activations as A  # noqa: E402
+from vram_estimator.knowledge import db  # noqa: E402
+from vram_estimator.costs import estimate as E  # noqa: E402
+from vram_estimator.knowledge.families import family as family_entry  # noqa: E402
 
 
 def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):
@@ -102,7 +102,7 @@ def runtime_model(size_cfg, family="llama"):
 
 def runtime_setup(row, size_cfg):
     """The estimator's Setup for a measured runtime row (torch-free)."""
-    from vram_estimator.config_comments import Value
+    from vram_estimator.reading.config_comments import Value
 
     given = dict(
         model=runtime_model(size_cfg, row.get("family", "llama")),

@@ -31,10 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from vram_estimator import db  # noqa: E402
+from vram_estimator.knowledge import db  # noqa: E402
 from vram_estimator.api import run as run_settings  # noqa: E402
-from vram_estimator.config_comments import Value  # noqa: E402
-from vram_estimator.estimate import RESERVE, gpu_figures  # noqa: E402
+from vram_estimator.reading.config_comments import Value  # noqa: E402
+from vram_estimator.costs.estimate import RESERVE, gpu_figures  # noqa: E402
 
 MIB = 1024**2
 HERE = os.path.dirname(os.path.abspath(__file__))

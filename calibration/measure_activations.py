@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from calibration.common import FAMILY, est_config, estimate_of, reestimate  # noqa: E402,F401
-from vram_estimator import estimate as E  # noqa: E402
+from vram_estimator.costs import estimate as E  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 

@@ -22,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from calibration.measure_activations import saved_bytes  # noqa: E402
-from vram_estimator import db  # noqa: E402
-from vram_estimator import estimate as E  # noqa: E402
+from vram_estimator.knowledge import db  # noqa: E402
+from vram_estimator.costs import estimate as E  # noqa: E402
 
 
 def build(key):

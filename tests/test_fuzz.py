@@ -55,7 +55,7 @@ from flake8_torch_preflight.plugin import TorchPreflightChecker
 from test_properties import BLOCKS, FRAGMENTS, HEADER, accumulation_loops, programs
 from vram_estimator.api import estimate_source
 from vram_estimator.flake8_plugin import vram_findings
-from vram_estimator.inputs import InputError, decode_python
+from vram_estimator.reading.inputs import InputError, decode_python
 from vram_estimator.report import json_report, text_report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -152,7 +152,7 @@ def test_activation_term_within_10_percent():
 
 
 def test_cnn_measurements_match_coefficients():
-    from vram_estimator import estimate as E
+    from vram_estimator.costs import estimate as E
 
     data = load("cnn.json")
     for r in data["rows"]:

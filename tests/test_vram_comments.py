@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vram_estimator.config_comments import comments_from_source, normalise, parse_comment, read_comments
+from vram_estimator.reading.config_comments import comments_from_source, normalise, parse_comment, read_comments
 
 
 def test_full_comment_parses_every_key():

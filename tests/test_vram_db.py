@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from vram_estimator import db
+from vram_estimator.knowledge import db
 
 PUBLISHED = {  # a few counts quoted in the brief, independent of models.json
     "gpt2": 124_439_808,

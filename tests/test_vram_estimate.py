@@ -24,7 +24,7 @@ def test_full_finetune_terms_are_exact_bytes_per_param():
     assert e.term("optimizer temporaries").point == 4 * n  # foreach AdamW's sqrt(exp_avg_sq) list
     assert e.peak_phase == "optimizer step"
     backward = {t.name: t for t in e.phases["backward"]}
-    from vram_estimator import db
+    from vram_estimator.knowledge import db
 
     assert backward["autocast copies"].point == 2 * db.model("llama-2-7b").breakdown.cast  # head included
     assert "gradients" not in backward  # written while activations are freed

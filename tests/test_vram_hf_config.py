@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from vram_estimator import db
-from vram_estimator.families import all_families
+from vram_estimator.knowledge import db
+from vram_estimator.knowledge.families import all_families
 
 HF = {
     "Qwen/Qwen3-8B": (
@@ -421,8 +421,8 @@ def test_load_from_a_file_and_from_a_snapshot_folder(tmp_path):
 
 
 def test_a_config_model_estimates_like_the_built_in_one():
-    from vram_estimator.config_comments import Value
-    from vram_estimator.estimate import estimate
+    from vram_estimator.reading.config_comments import Value
+    from vram_estimator.costs.estimate import estimate
 
     from_config = db.model_from_hf_config(HF["meta-llama/Llama-2-7b-hf"][0], name="meta-llama/Llama-2-7b-hf")
     target = db.resolve_target("a100-80gb")

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from vram_estimator import db
+from vram_estimator.knowledge import db
 from vram_estimator.api import estimate_configs, estimate_file, estimate_source
 from vram_estimator.cli import main
-from vram_estimator.configs import read_config
+from vram_estimator.reading.configs import read_config
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "vram", "inputs")
 

@@ -3,10 +3,10 @@ optimizer temporaries; per-GPU context; the interval and the verdict rule."""
 
 import pytest
 
-from vram_estimator import db
+from vram_estimator.knowledge import db
 from vram_estimator.api import estimate_config
-from vram_estimator.config_comments import Value
-from vram_estimator.estimate import estimate
+from vram_estimator.reading.config_comments import Value
+from vram_estimator.costs.estimate import estimate
 
 GIB = 1024**3
 
@@ -234,7 +234,7 @@ def test_generation_peaks_at_prefill_or_decode_not_their_sum():
 def test_inference_block_working_set_is_the_larger_half_of_the_block():
     """Attention's and the MLP's tensors are never alive together: the working set is the
     larger of the two halves (for a gated MLP with ff >> hidden, the MLP's)."""
-    from vram_estimator.activations import inference_workspace
+    from vram_estimator.costs.activations import inference_workspace
 
     m = db.model("qwen2.5-14b")
     s = estimate(settings(model="qwen2.5-14b", mode="inference", batch=1, seq=4096, precision="bf16"), None)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from vram_estimator.api import estimate_source
-from vram_estimator.script_reader import read_source
+from vram_estimator.reading.script_reader import read_source
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "vram")
 
@@ -145,9 +145,9 @@ def test_garbage_never_raises(src):
 
 import ast  # noqa: E402
 
-from vram_estimator import folding  # noqa: E402
-from vram_estimator.folding import Folder, Unknown  # noqa: E402
-from vram_estimator.script_reader import read_script  # noqa: E402
+from vram_estimator.reading import folding  # noqa: E402
+from vram_estimator.reading.folding import Folder, Unknown  # noqa: E402
+from vram_estimator.reading.script_reader import read_script  # noqa: E402
 
 
 def _fold_module(src):
@@ -254,7 +254,7 @@ def test_huge_literals_set_nothing():
 
 
 def test_bom_and_coding_cookie_are_read_like_python():
-    from vram_estimator.inputs import decode_python
+    from vram_estimator.reading.inputs import decode_python
 
     text = decode_python("\ufeffbatch_size = 512\n".encode("utf-8"), "b.py")
     assert read_source(text, "b.py").values["batch"].value == 512

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from vram_estimator import db
-from vram_estimator.activations import ACTIVATION_MODELS
-from vram_estimator.families import all_families
-from vram_estimator.registry import KIND_TRAITS, Breakdown, Dims
+from vram_estimator.knowledge import db
+from vram_estimator.costs.activations import ACTIVATION_MODELS
+from vram_estimator.knowledge.families import all_families
+from vram_estimator.knowledge.registry import KIND_TRAITS, Breakdown, Dims
 
 PKG = os.path.join(os.path.dirname(__file__), "..", "vram_estimator")
 
@@ -42,7 +42,7 @@ def test_hugging_face_model_types_map_to_one_family():
         assert not fam.hf_types or fam.hf_reader is not None, name
 
 
-@pytest.mark.parametrize("module", ["db.py", "estimate.py", "remedies.py", "terms.py", "activations.py"])
+@pytest.mark.parametrize("module", ["knowledge/db.py", "costs/estimate.py", "costs/remedies.py", "costs/terms.py", "costs/activations.py"])
 def test_no_switch_on_family_or_kind_names(module):
     """Model knowledge lives in the registry and its tables, not in if-chains on names."""
     with open(os.path.join(PKG, module), encoding="utf-8") as handle:

@@ -15,11 +15,11 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from calibration import common as C  # noqa: E402
-from vram_estimator import terms as T  # noqa: E402
-from vram_estimator.activations import ACTIVATION_MODELS  # noqa: E402
+from vram_estimator.costs import terms as T  # noqa: E402
+from vram_estimator.costs.activations import ACTIVATION_MODELS  # noqa: E402
 from vram_estimator.api import run  # noqa: E402
-from vram_estimator.config_comments import Value  # noqa: E402
-from vram_estimator.estimate import setup  # noqa: E402
+from vram_estimator.reading.config_comments import Value  # noqa: E402
+from vram_estimator.costs.estimate import setup  # noqa: E402
 
 with open(os.path.join(ROOT, "calibration", "runtime.json"), encoding="utf-8") as _handle:
     RUNTIME = json.load(_handle)

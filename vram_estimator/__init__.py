@@ -6,6 +6,12 @@ device memory as an interval.  It reports through flake8 (codes TPF100-TPF102) a
 (``vram-estimate``).  Nothing here imports torch or transformers except the optional
 :mod:`vram_estimator.guard`.
 
+The package reads top-down: :mod:`.api` resolves a setup and estimates it; :mod:`.reading`
+reads scripts, configs, launch lines, comments and model names into settings with their
+sources; :mod:`.costs` turns settings into the terms each phase keeps on the GPU, the verdict
+and the remedies; :mod:`.knowledge` holds the model, GPU and family tables the cost model asks;
+:mod:`.report`, :mod:`.cli` and :mod:`.flake8_plugin` present the result.
+
 Public entry points::
 
     from vram_estimator import estimate_source, estimate_config

@@ -16,8 +16,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import db
-from .config_comments import (
+from .knowledge import db
+from .reading.config_comments import (
     CommentError,
     Comments,
     Value,
@@ -26,8 +26,8 @@ from .config_comments import (
     normalise,
     read_comments,
 )
-from .estimate import Estimate, estimate
-from .inputs import (
+from .costs.estimate import Estimate, estimate
+from .reading.inputs import (
     InputError,
     Problems,
     apply_config_file,
@@ -38,8 +38,8 @@ from .inputs import (
     read_python_file,
     unknown_model_message,
 )
-from .remedies import remedies, smallest_combination
-from .script_reader import ScriptFacts, read_script
+from .costs.remedies import remedies, smallest_combination
+from .reading.script_reader import ScriptFacts, read_script
 
 # The plausible range of an input nobody set, over which the verdict is shown.
 BATCH_RANGE = (1, 2, 4, 8, 16, 32)

@@ -24,8 +24,8 @@ import os
 import sys
 from typing import Any, Callable, List, Optional, Tuple
 
-from . import db
-from .config_comments import KEYS, normalise
+from .knowledge import db
+from .reading.config_comments import KEYS, normalise
 
 EXIT_FITS, EXIT_TIGHT, EXIT_OOM, EXIT_BAD_INPUT, EXIT_NO_MODEL, EXIT_UNREADABLE = 0, 1, 2, 3, 4, 5
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".bash")
@@ -123,7 +123,7 @@ def _launched_script(path: str) -> Optional[str]:
     """The ``.py`` a shell script's launch line runs, when it exists beside the shell script."""
     if not path.lower().endswith((".sh", ".bash")):
         return None
-    from .configs import read_config
+    from .reading.configs import read_config
 
     launch = read_config(path).launch
     if launch is None or not launch.script:

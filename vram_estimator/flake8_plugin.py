@@ -36,14 +36,14 @@ def vram_findings(
     ``gpu``: one scan of the lines for the word."""
     tokens = []
     if _mentions_vram(lines):
-        from .config_comments import comments_from_source
+        from .reading.config_comments import comments_from_source
 
         tokens = comments_from_source("".join(lines), tree)
     has_comment = any(t[2].lstrip("#").strip().lower().startswith("vram") for t in tokens)
     if not has_comment and not gpu:
         return []
     from .api import estimate_source
-    from .config_comments import check_gpu
+    from .reading.config_comments import check_gpu
     from .report import error_finding, verdict_finding
 
     found = []
@@ -69,7 +69,7 @@ def gpu_option_problem(value: Optional[str]) -> Optional[str]:
     """Why a ``vram-gpu`` option value is not a target, or None."""
     if not value:
         return None
-    from .config_comments import check_gpu
+    from .reading.config_comments import check_gpu
 
     return check_gpu(value)[1]
 

@@ -25,8 +25,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
-from . import db
-from .estimate import RESERVE, gpu_figures, optimizer_bytes
+from .knowledge import db
+from .costs.estimate import RESERVE, gpu_figures, optimizer_bytes
 
 GIB = 1024**3
 

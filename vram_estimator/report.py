@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from .api import Result, Sweep
-from .config_comments import KEYS
-from .estimate import Estimate
+from .reading.config_comments import KEYS
+from .costs.estimate import Estimate
 
 GIB = 1024**3
 TERM_KEYS = {

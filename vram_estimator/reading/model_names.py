@@ -105,7 +105,7 @@ def suggestion_text(text: str) -> str:
 def closest_models(text: str, limit: int = 3) -> list:
     """The built-ins closest to an unknown name (difflib on the reduced name), else those of the
     size the name states (``stablelm-base-alpha-3b`` -> the 3B models)."""
-    from . import db
+    from ..knowledge import db
 
     reduced = suggestion_text(text)[:64]
     near = db.suggestions(reduced, db.model_names(), limit)

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Dict, FrozenSet, Optional
 
-from .registry import DOWN, OUT, QKV, UP, Dims  # noqa: F401
+from ..knowledge.registry import DOWN, OUT, QKV, UP, Dims  # noqa: F401
+
+# the package data lives in vram_estimator/data, one folder above this room
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # attention setting -> does the kernel keep the (batch, heads, s, s) probabilities for backward?
 KERNEL_KEEPS_SCORES = {"eager": True, "math": True, "sdpa": False, "flash": False}
@@ -45,7 +48,7 @@ def precision_class(precision: str) -> str:
 
 @lru_cache(maxsize=None)
 def coefficients() -> Dict[str, Any]:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "coefficients.json")
+    path = os.path.join(_PACKAGE_DIR, "data", "coefficients.json")
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 

@@ -5,11 +5,11 @@ A :class:`Family` is one registry entry: how to count a configuration's paramete
 activation model (``kind``: decoder, encoder, encdec, vit, clip, cnn, unet, dit), the measured
 activation coefficient set (``style``), the Hugging Face ``model_type`` values it reads, and its
 capabilities (gated MLP, MoE, MLA, GQA, ...).  Everything model-specific that the cost model asks
-lives here or in the family modules (``vram_estimator/families/``), never in an if-chain on a
+lives here or in the family modules (``vram_estimator/knowledge/families/``), never in an if-chain on a
 family name.
 
 The family modules fill :data:`FAMILIES` through :func:`register` when they are imported; the
-lookups (``family``, ``all_families``) are :mod:`vram_estimator.families`', which imports them
+lookups (``family``, ``all_families``) are :mod:`vram_estimator.knowledge.families`', which imports them
 all first, so this module imports no family.
 """
 

@@ -15,9 +15,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import db
-from .registry import KIND_TRAITS
-from .config_comments import Value
+from ..knowledge import db
+from ..knowledge.registry import KIND_TRAITS
+from ..reading.config_comments import Value
 from .estimate import Estimate, estimate
 
 

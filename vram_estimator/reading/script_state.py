@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 from .config_comments import Value
 from .folding import Evaluate, Folder, Resolved
 from .model_names import stored_precision

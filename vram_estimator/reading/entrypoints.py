@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Dict, List, Optional
 
-from . import db
+from ..knowledge import db
 from .config_comments import Value
 from .folding import Unknown, _arith, checked
 from .script_state import ScriptState

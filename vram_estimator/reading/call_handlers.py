@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 from .config_comments import ATTENTIONS
 from .configs.formats import read_deepspeed, torchtune_model_settings
 from .model_names import lit_llama_size

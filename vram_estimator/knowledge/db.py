@@ -5,7 +5,7 @@ them and turns entries into typed :class:`Model` records.  Each built-in archite
 *published configuration* (the hyperparameters of its Hugging Face / torchvision / diffusers
 config, in our key names), its family, the published parameter count and aliases.  Parameter
 counts are always *computed* from the configuration by the family's formula
-(``vram_estimator/families/``); the stored ``params`` is the published number a test compares
+(``vram_estimator/knowledge/families/``); the stored ``params`` is the published number a test compares
 against.
 
 Any Hugging Face model whose ``config.json`` is at hand becomes a :class:`Model` through
@@ -26,6 +26,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from .families import all_families, family
 from .registry import KIND_TRAITS, Breakdown, Dims, Family
 
+# the package data lives in vram_estimator/data, one folder above this room
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -35,7 +38,7 @@ MIB = 1024**2
 
 @lru_cache(maxsize=None)
 def _load(name: str) -> Dict[str, Any]:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name)
+    path = os.path.join(_PACKAGE_DIR, "data", name)
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
@@ -157,7 +160,7 @@ def find_model(name: str) -> Optional[str]:
     (re-uploads, quantised copies, checkpoint folders) through ``model_names``."""
     if not name or len(name) > 300:
         return None
-    from .model_names import alternative_forms
+    from ..reading.model_names import alternative_forms
 
     for form in (name, *alternative_forms(name)):
         key = _find_model_as_written(form)

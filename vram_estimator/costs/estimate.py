@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 from .activations import Acts, coefficients, inference_workspace, precision_class  # noqa: F401
 from .activations import ACTIVATION_MODELS
-from .config_comments import Value
+from ..reading.config_comments import Value
 from .terms import BACKWARD, DECODE, FORWARD, PREFILL, STEP, Setup, Term
 from . import terms as T
 

@@ -21,7 +21,7 @@ import os
 import re
 from typing import Any, List, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
 

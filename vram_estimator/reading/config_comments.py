@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 from .hf_local import model_from_local
 from .model_names import suggestion_text
 

@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 from .configs import read_config
 from .folding import Folder
 from .hf_local import model_from_local

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 
-from . import db
+from ..knowledge import db
 from .activations import Acts, Adapters, Shape, coefficients, precision_class
 
 GIB = 1024**3

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .. import db
+from ...knowledge import db
 from ..config_comments import LIMITS
 from ..setting_names import interpret, optimizer_name
 from ..tables import LIGHTNING_PRECISION, LITGPT_LORA_ROLES, OPTIMIZER_CLASSES
