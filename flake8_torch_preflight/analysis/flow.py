@@ -592,7 +592,9 @@ class FlowAnalyzer:
         receiver, method = call.receiver, call.method
         if receiver.cls is not None and not receiver.has(V.CONTAINER):
             target = receiver.cls.method(method)
-            if target is not None and method not in _LIBRARY_METHODS:
+            # An optimizer's `step()` is what the tables know (it steps), whoever wrote it.
+            if target is not None and method not in _LIBRARY_METHODS \
+                    and not receiver.has(V.OPTIMIZER):
                 result = self.call_function(call.node, target, call.args, call.kwargs, receiver)
                 if receiver.cls.is_module and method == "forward":
                     return self.forward(call.node, receiver, call.args, call.kwargs, result)
@@ -644,8 +646,10 @@ class FlowAnalyzer:
 
     def construct_class(self, call: Call, cls) -> Value:
         init = cls.method("__init__")
-        instance = Value(tags=frozenset({V.MODULE} if cls.is_module else set()), cls=cls,
-                         node=call.node)
+        tags = {V.MODULE} if cls.is_module else set()
+        if semantics.optimizer_class(cls):
+            tags.add(V.OPTIMIZER)      # `BertAdam(model.parameters())`: a project optimizer
+        instance = Value(tags=frozenset(tags), cls=cls, node=call.node)
         if init is not None:
             self.call_function(call.node, init, call.args, call.kwargs, instance, track=True)
         return instance
