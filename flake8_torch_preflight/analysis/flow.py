@@ -40,6 +40,15 @@ _TEXT = Value.of(V.TEXT)
 _CUDA_TEXT = Value.of(V.TEXT, V.CUDA_DEVICE)
 
 
+def _arithmetic_tags(left: Value, right: Value) -> frozenset:
+    """`1 - x`, `2 * x`, `x + eps`, `x / 2`: an operand proven a tensor makes a tensor, on
+    either side and whatever the other (a Python number broadcasts); otherwise what the
+    operands may be."""
+    if any(v.has(V.TENSOR) and not v.has(V.PYSCALAR) for v in (left, right)):
+        return frozenset({V.TENSOR})
+    return (left.tags | right.tags) & {V.PYSCALAR, V.TENSOR}
+
+
 class FunctionRef:
     """Marks a Value that names a function of this file (`step_fn = train_step`)."""
 
@@ -465,8 +474,7 @@ class FlowAnalyzer:
             return derived([left, right])
         if left.has(V.CONTAINER) or right.has(V.CONTAINER):
             return join(left, right)
-        tags = (left.tags | right.tags) & {V.PYSCALAR, V.TENSOR}
-        return Value(tags=tags, params=left.params | right.params)
+        return Value(tags=_arithmetic_tags(left, right), params=left.params | right.params)
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         operand = self.expr(node.operand)

@@ -109,7 +109,9 @@ class HotLoopSync(Rule):
     def _check_facts(self, analysis, facts: FunctionFacts, evidence) -> Iterator[Finding]:
         cuda = f"the file targets CUDA ({evidence[1]} line {evidence[0]})"
         loops = step_loops(analysis, facts)
-        hot = hot_reason(analysis, facts.func) if facts.func is not None and not loops else None
+        hot = None
+        if facts.func is not None and not loops:
+            hot = hot_reason(analysis, facts.func) or _forward_hot_reason(analysis, facts.func)
         if not loops and hot is None:
             return
         timing = _does_timing(analysis, facts)
@@ -320,3 +322,25 @@ def _per_element_sync(analysis, func) -> Optional[Tuple[str, int, int, object]]:
             if found is not None:
                 return found
     return None
+
+
+def _forward_hot_reason(analysis, func) -> Optional[str]:
+    """Why the `forward` of a module class of the file runs once per training step: the
+    module is called (`loss_fn(out, y)`, not only `loss_fn.forward(...)`) in a step loop with
+    no `if` around the call. None for any other function."""
+    if func.name != "forward" or func.cls is None:
+        return None
+    for facts in analysis.all_facts():
+        loops = step_loops(analysis, facts)
+        for forward in facts.forwards:
+            cls = forward.module.cls
+            if cls is None or cls.method("forward") is not func:
+                continue
+            site = forward.site
+            loop = next((lp for lp in loops if lp in site.loops), None)
+            if loop is None or site.conds_inside(loop) or analysis.evaluation_reason(facts, site):
+                continue
+            return (f"`{cls.name}.forward()` runs when the module is called at line "
+                    f"{site.line} in the training loop at line {loop.lineno}")
+    return None
+
