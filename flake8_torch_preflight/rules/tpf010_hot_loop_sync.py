@@ -343,4 +343,3 @@ def _forward_hot_reason(analysis, func) -> Optional[str]:
             return (f"`{cls.name}.forward()` runs when the module is called at line "
                     f"{site.line} in the training loop at line {loop.lineno}")
     return None
-
