@@ -27,7 +27,9 @@ single-device `Trainer`, when:
   subscripts nothing with a random integer (random augmentation of the indexed sample, a
   flip's coin or a random prompt template, keeps the order); no `shuffle` / `permutation` /
   `set_epoch` call in the training loop or the loops around it; no order drawn once
-  (`random_split`, `randperm` indices, a Hugging Face `.shuffle(seed=...)`);
+  (`randperm` indices, a Hugging Face `.shuffle(seed=...)`). A part of `random_split(ds,
+  ...)` is a `Subset` of `ds`, map-style when `ds` is, and read in the one order the split
+  drew (the split picks members; it reshuffles nothing), so it is judged like `ds`;
 - the data is not random noise: a `TensorDataset` of fresh `torch.randn` draws (directly or
   from a helper) reads the same in any order;
 - the training is not order-dependent: no forward in the loop takes a carried state
