@@ -179,8 +179,8 @@ def _covers(reset: _Reset, this: _Stepped, others) -> Optional[bool]:
     if reset.text == this.name or (reset.receiver.node is not None
                                    and reset.receiver.node is this.value.node):
         return True
-    if reset.receiver.has(V.OPTIMIZER):
-        return False
+    if reset.receiver.has(V.OPTIMIZER) or any(reset.text == o.name for o in others):
+        return False                # another optimizer's reset (stepped in the loop too)
     owners = this.owners
     if owners is None:
         return None
@@ -291,12 +291,14 @@ def _stepped(analysis, facts, site) -> Optional[_Stepped]:
     if call is None or call.method != "step" or not isinstance(call.node.func, ast.Attribute):
         return None
     node, value = call.node.func.value, call.receiver or V.UNKNOWN
-    if value.has(V.SCALER):
+    scaled = value.has(V.SCALER)
+    if scaled:
         if not call.node.args:
             return None
+        # what `GradScaler.step` is given is an optimizer, by its contract
         node, value = call.node.args[0], call.args[0]
     text = dotted(node)
-    if text is None or not value.has(V.OPTIMIZER):
+    if text is None or not (scaled or value.has(V.OPTIMIZER)):
         return None
     return _Stepped(text, value, site, _parameter_owners(value))
 
