@@ -36,15 +36,21 @@ accumulation condition) depends on intent.
 ## Known limits
 Quiet when the reset sits under an `if` in the loop (deliberate accumulation), in
 LightningModule and HF Trainer code (the framework zeroes gradients), with DeepSpeed engines
-(`engine.step()` zeroes them), in `training_step`-style functions with no loop, and when the
-loop's innermost backward-and-step is in a nested loop (that loop is judged instead), also
-when that loop sits in a called helper (`for epoch ...: train_epoch(...)` is judged once, in
-`train_epoch`). When every reset in the iteration names its optimizer or module
-(`optD.zero_grad()`, `netD.zero_grad()`), an optimizer stepped there that none of them covers
-is reported (a GAN loop that zeroes the discriminator's gradients but not the generator's); a
-reset the analysis cannot tie to an object (`p.grad = None`, a helper) counts for all. A step
-the analysis does not recognise (an optimizer hidden behind an unknown wrapper) makes the loop
-invisible to this rule.
+(`engine.step()` zeroes them; the optimizer `deepspeed.initialize` returns does not, so
+`optimizer.step()` on it is judged like any optimizer's), in `training_step`-style functions
+with no loop, and when the loop's innermost backward-and-step is in a nested loop (that loop
+is judged instead), also when that loop sits in a called helper (`for epoch ...:
+train_epoch(...)` is judged once, in `train_epoch`). When every reset in the iteration names
+its optimizer or module (`optD.zero_grad()`, `netD.zero_grad()`), an optimizer stepped there
+that none of them covers is reported (a GAN loop that zeroes the discriminator's gradients
+but not the generator's); `p.grad = None` in a `for p in X.parameters()` loop resets `X`
+(only some of its parameters when a test other than on `p.grad` / `p.requires_grad` guards
+it); a reset the analysis cannot tie to an object (a helper, `p.grad = None` over a list)
+counts for all. A reset on the other branch of an `if` whose test the loop never changes
+(`if use_amp:`) does not cover a step on this branch. A project class that subclasses
+`torch.optim.Optimizer` makes optimizers, and `opt.step = torch.compile(opt.step)` keeps the
+step. A step the analysis does not recognise (an optimizer hidden behind an unknown wrapper)
+makes the loop invisible to this rule.
 """
 from __future__ import annotations
 
