@@ -43,7 +43,10 @@ rate it sees when they are computed in the loop.
 
 ## Known limits
 Quiet when the loop also builds a model (k-fold, trials, sweeps: any module constructed in
-it, directly or by a helper it calls, or a model name rebound in it), restores state in it
+it, or by a helper it calls that returns or stores the module, or a model-named variable
+rebound in it and then used as a module: called, `.parameters()`, handed to a helper; a
+tensor named `model_pred` or a `torch.Generator` named `generator` is no model, nor is a
+pipeline a validation helper builds and drops), restores state in it
 (`load_state_dict`, `reset_parameters`, `apply(...)`), when the construction is under an
 `if` in the loop (rebuilding at an unfreeze epoch, lazy creation), and when the object is
 stepped only outside the loop or by code the analysis cannot see. A scheduler whose
