@@ -7,8 +7,9 @@ host-device synchronisations on the hot path of training:
 
 - **warning**: a sync inside a loop nested in the training step (`.item()`, `.cpu()`,
   `.numpy()`, `.tolist()`, `float(t)`, `int(t)`, `print(t)` on a tensor, once per element:
-  per-parameter gradient norms, per-sample accuracy), also in a helper called every step
-  or a framework step hook (`training_step`); and `torch.cuda.synchronize()` every step
+  per-parameter gradient norms, per-sample accuracy), also in a helper called every step,
+  in the `forward` of a module of the file called every step (`loss_fn(out, y)`), or in a
+  framework step hook (`training_step`); and `torch.cuda.synchronize()` every step
   in code that does no timing.
 - **note**: a per-step `.item()`/`.cpu()` whose result only feeds logging (`print`, a
   logger, `pbar.set_postfix`, `running_loss += loss.item()`, `losses.append(...)`), when it
