@@ -633,12 +633,79 @@ def _loop_producers(analysis, loop) -> dict:
     return found
 
 
+@dataclass(frozen=True)
+class StalledCounter:
+    name: str          # the counter the gate tests (`global_step`)
+    lines: Tuple[int, ...]   # where it advances, all inside the gated block
+
+
+def counter_advanced_only_when_stepping(window: Window) -> Optional[StalledCounter]:
+    """The `%` gate of `window` tests a local counter that the loop advances only inside the
+    gated block (`if (global_step + 1) % k == 0: step(); global_step += 1`): once the test
+    is false it stays false, so the optimizer steps once (or never) and then only
+    accumulates. None when the counter also changes outside the block, is the loop's own
+    variable, or the gate is of another kind."""
+    gate = window.gate
+    if gate.kind != COUNTER or gate.test is None:
+        return None
+    block = next((node for node in _loop_statements(window.loop)
+                  if isinstance(node, ast.If) and node.test is gate.test), None)
+    if block is None:
+        return None
+    inside = {id(n) for stmt in block.body for n in ast.walk(stmt)}
+    looped = {n.id for n in ast.walk(getattr(window.loop, "target", ast.Pass()))
+              if isinstance(n, ast.Name)}
+    for name in _modulo_counters(gate.test):
+        if name in looped:
+            continue
+        lines = _bindings_of(window.loop, name)
+        if lines and all(id(node) in inside for node in lines):
+            return StalledCounter(name, tuple(sorted(node.lineno for node in lines)))
+    return None
+
+
+def _modulo_counters(test: ast.expr) -> List[str]:
+    """Plain names in the left operand of the test's `%` (`step` in `(step + 1) % k`)."""
+    return [n.id for node in ast.walk(test) if isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Mod) for n in ast.walk(node.left)
+            if isinstance(n, ast.Name)]
+
+
+def _loop_statements(loop: ast.AST):
+    """Every node of the loop body, not descending into nested functions or classes."""
+    todo = list(loop.body) + list(getattr(loop, "orelse", []))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _bindings_of(loop: ast.AST, name: str) -> list:
+    """The statements (and nested loop targets, walrus) in `loop` that bind `name`."""
+    found = []
+    for node in _loop_statements(loop):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, ast.NamedExpr):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+            found.append(node)
+    return found
+
+
 def helper_backwards(analysis, call: LocalCall) -> List[Backward]:
     """The backwards a helper called per micro-step runs itself (outside its own loops)."""
     facts = analysis.facts_for(call.callee)
     return [b for b in facts.backwards if not b.site.loops]
 
 
-__all__ = ["Gate", "Window", "windows", "every_micro_step", "every_step_resets",
+__all__ = ["Gate", "Window", "windows", "StalledCounter",
+           "counter_advanced_only_when_stepping", "every_micro_step", "every_step_resets",
            "accumulation_loop", "helper_backwards", "backwarded_expr", "undivided_from_unread_code",
            "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]

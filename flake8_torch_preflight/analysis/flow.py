@@ -40,6 +40,15 @@ _TEXT = Value.of(V.TEXT)
 _CUDA_TEXT = Value.of(V.TEXT, V.CUDA_DEVICE)
 
 
+def _arithmetic_tags(left: Value, right: Value) -> frozenset:
+    """`1 - x`, `2 * x`, `x + eps`, `x / 2`: an operand proven a tensor makes a tensor, on
+    either side and whatever the other (a Python number broadcasts); otherwise what the
+    operands may be."""
+    if any(v.has(V.TENSOR) and not v.has(V.PYSCALAR) for v in (left, right)):
+        return frozenset({V.TENSOR})
+    return (left.tags | right.tags) & {V.PYSCALAR, V.TENSOR}
+
+
 class FunctionRef:
     """Marks a Value that names a function of this file (`step_fn = train_step`)."""
 
@@ -465,8 +474,7 @@ class FlowAnalyzer:
             return derived([left, right])
         if left.has(V.CONTAINER) or right.has(V.CONTAINER):
             return join(left, right)
-        tags = (left.tags | right.tags) & {V.PYSCALAR, V.TENSOR}
-        return Value(tags=tags, params=left.params | right.params)
+        return Value(tags=_arithmetic_tags(left, right), params=left.params | right.params)
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         operand = self.expr(node.operand)
@@ -592,7 +600,9 @@ class FlowAnalyzer:
         receiver, method = call.receiver, call.method
         if receiver.cls is not None and not receiver.has(V.CONTAINER):
             target = receiver.cls.method(method)
-            if target is not None and method not in _LIBRARY_METHODS:
+            # An optimizer's `step()` is what the tables know (it steps), whoever wrote it.
+            if target is not None and method not in _LIBRARY_METHODS \
+                    and not receiver.has(V.OPTIMIZER):
                 result = self.call_function(call.node, target, call.args, call.kwargs, receiver)
                 if receiver.cls.is_module and method == "forward":
                     return self.forward(call.node, receiver, call.args, call.kwargs, result)
@@ -644,8 +654,10 @@ class FlowAnalyzer:
 
     def construct_class(self, call: Call, cls) -> Value:
         init = cls.method("__init__")
-        instance = Value(tags=frozenset({V.MODULE} if cls.is_module else set()), cls=cls,
-                         node=call.node)
+        tags = {V.MODULE} if cls.is_module else set()
+        if semantics.optimizer_class(cls):
+            tags.add(V.OPTIMIZER)      # `BertAdam(model.parameters())`: a project optimizer
+        instance = Value(tags=frozenset(tags), cls=cls, node=call.node)
         if init is not None:
             self.call_function(call.node, init, call.args, call.kwargs, instance, track=True)
         return instance

@@ -89,10 +89,11 @@ def _optimizer_constructions(analysis, facts) -> List[Tuple[CallSite, Set[str]]]
         if call.qualname and api.OPTIMIZER_RE.match(call.qualname):
             scope = scope or scope_of(analysis, facts)
             for arg in _param_arguments(call.node):
-                models |= _parameter_owners(arg, scope.producers)
+                models |= _parameter_owners(arg, scope.producers) or \
+                    _groups_helper_owners(analysis, facts, arg)
         elif call.result.has(V.OPTIMIZER) and _local_callee(analysis, facts, call) is not None:
             models = {t for t, v in zip(_arg_texts(call.node), call.args)
-                      if t and v.has(V.MODULE)}
+                      if t and v.has(V.MODULE)} | _method_receiver(call)
         if models:
             out.append((call, models))
     return out
@@ -121,6 +122,50 @@ def _parameter_owners(expr: ast.expr, producers, depth: int = 0) -> Set[str]:
             for rhs in producers.get(name, []):
                 owners |= _parameter_owners(rhs, producers, depth + 1)
     return owners
+
+
+def _groups_helper_owners(analysis, facts, expr: ast.expr) -> Set[str]:
+    """`model` for `AdamW(get_param_groups(model, wd))` or `AdamW(model.param_groups(wd))`:
+    a helper of the project that builds the groups from the parameters of a module it is
+    handed (`for n, p in model.named_parameters()` in its body)."""
+    if not isinstance(expr, ast.Call):
+        return set()
+    callee = _local_callee(analysis, facts, _call_site_of(facts, expr))
+    if callee is None:
+        return set()
+    owners = set()
+    for index in _parameters_read(callee):
+        arg = argument_for(callee, expr, index)
+        text = dotted(arg) if arg is not None else None
+        if text:
+            owners.add(text)
+    return owners
+
+
+def _call_site_of(facts: FunctionFacts, node: ast.Call):
+    return next((c for c in facts.calls if c.node is node), None)
+
+
+def _parameters_read(func) -> frozenset:
+    """Indices of `func`'s parameters whose `.parameters()` / `.named_parameters()` it calls."""
+    params = list(func.params)
+    found = set()
+    for node in ast.walk(func.node):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _PARAMETER_METHODS \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in params:
+            found.add(params.index(node.func.value.id))
+    return frozenset(found)
+
+
+def _method_receiver(call: CallSite) -> Set[str]:
+    """`model` for `model.configure_optimizers(...)`: the module whose method builds it."""
+    func = call.node.func
+    if isinstance(func, ast.Attribute) and call.receiver is not None \
+            and call.receiver.has(V.MODULE):
+        text = dotted(func.value)
+        return {text} if text else set()
+    return set()
 
 
 def _rebuilt_after(constructions, wrap: Wrap) -> bool:

@@ -360,14 +360,19 @@ def _named_for_evaluation(expr: ast.expr) -> bool:
 def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
     """A description of a provably map-style dataset that does not reorder itself, else None."""
     if isinstance(expr, ast.Call):
-        if _drawn_once(analysis, expr):
-            return None
+        split = _random_split_kind(analysis, facts, expr, depth)
+        if split is not None or _drawn_once(analysis, expr):
+            return split
         return (_constructed_kind(analysis, facts, expr)
                 or _hf_kind(analysis, facts, expr)
                 or _index_kind(analysis, facts, expr)
                 or _returned_kind(analysis, facts, expr, depth))
     if isinstance(expr, ast.Subscript):
-        return _hf_kind(analysis, facts, expr)   # `random_split(...)[0]` and other indexing: no
+        if isinstance(expr.value, ast.Call):     # `random_split(ds, [n, m])[0]`
+            split = _random_split_kind(analysis, facts, expr.value, depth)
+            if split is not None:
+                return split
+        return _hf_kind(analysis, facts, expr)   # other indexing: no
     text = dotted(expr)
     if text is None:
         return None
@@ -384,6 +389,16 @@ def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
                          if arg is not None else None)
         return kinds[0] if kinds and all(k is not None for k in kinds) else None
     return None
+
+
+def _random_split_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[str]:
+    """`random_split(ds, [n, m])` of a map-style `ds`: its parts are `Subset`s, map-style,
+    read in the one order the split drew, the same every epoch (the split draws which
+    samples go where; it shuffles nothing later)."""
+    if analysis.imports.qualname(call.func) != "torch.utils.data.random_split" or not call.args:
+        return None
+    inner = _dataset_kind(analysis, facts, call.args[0], depth)
+    return f"a `random_split` subset of {inner}" if inner is not None else None
 
 
 def _hf_kind(analysis, facts, expr: ast.expr) -> Optional[str]:
@@ -553,11 +568,25 @@ def _producers(analysis, facts, text: str) -> List[ast.expr]:
         return found
     if text.startswith("self.") and facts.func.cls is not None:
         init = facts.func.cls.method("__init__")
-        if init is not None:
-            return scope_of(analysis, analysis.facts_for(init)).producers.get(text, [])
+        found = scope_of(analysis, analysis.facts_for(init)).producers.get(text, []) \
+            if init is not None else []
+        # a LightningDataModule builds its datasets in `setup()`, not `__init__`: every
+        # method's `self.x = ...` is a producer then
+        return found or _attribute_producers(analysis, facts.func.cls, text)
     if text not in facts.func.params:
         return scope_of(analysis, analysis.module_facts).producers.get(text, [])
     return []
+
+
+def _attribute_producers(analysis, cls, text: str) -> List[ast.expr]:
+    """What any method of a Lightning class `cls` (of this file) assigns to `self.<attr>`."""
+    if not (_is_datamodule(cls) or cls.is_lightning):
+        return []
+    found: List[ast.expr] = []
+    for method in cls.methods.values():
+        if method.home in (None, analysis):
+            found.extend(scope_of(analysis, analysis.facts_for(method)).producers.get(text, []))
+    return found
 
 
 def _constructed_kind(analysis, facts, call: ast.Call) -> Optional[str]:

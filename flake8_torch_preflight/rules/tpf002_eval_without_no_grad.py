@@ -57,6 +57,9 @@ such as a `GCNConv`, is not proven parameter-free) on graph-free inputs.
 Quiet as well when the forward call's own output reaches a backward somewhere in the file (the
 layers inside a file class's `forward` are shared by every call of the model and do not count),
 or the function is called by a module's `forward` (`predict_noise()` inside a diffusion model).
+A forward helper shared with training (`loss, logits = forward_step(model, batch)`) is judged
+per call path: its call in evaluation code that does not disable grad and runs no backward is
+reported at that call (the helper itself is not evaluation code, or feeds training there).
 A method of an `nn.Module` class is not evaluation code by its name alone (`inference()`,
 `predict_values()`, `evaluate_actions()` are a model's interface: PPO trains through
 `evaluate_actions`, and evaluation scripts call `inference()` under their own `no_grad`).
@@ -107,6 +110,7 @@ class EvalWithoutNoGrad(Rule):
                     continue
                 reported.add(scope)
                 yield self._report(analysis, facts.func, forward, reason)
+            yield from self._shared_forward_helpers(analysis, facts, trained, reported)
 
     def _report(self, analysis: FileAnalysis, func, forward, reason: str) -> Finding:
         fix, plan, unsafe = _fix(analysis, func, reason)
@@ -116,6 +120,39 @@ class EvalWithoutNoGrad(Rule):
             f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller wraps "
             f"it, and no backward runs there, so activations are kept for nothing",
             fix, plan=plan, no_autofix=unsafe)
+
+    def _shared_forward_helpers(self, analysis, facts, trained, reported) -> Iterator[Finding]:
+        """Evaluation code that runs its forward through a helper of the file it shares with
+        training (`loss, logits = forward_step(model, batch)`): judged on this call path, at
+        the call. The helper's own forward is not evaluation code (or feeds a backward on
+        the training path), so it is not reported there; here nothing backwards."""
+        func = facts.func
+        for local in facts.local_calls:
+            site = local.site
+            scope = site.loops[-1] if site.loops else func
+            if site.no_grad or scope in reported or unreachable(analysis, facts, site):
+                continue
+            reason = analysis.evaluation_reason(facts, site)
+            if reason is None or analysis.scope_does(facts, site, Does.DIFFERENTIATE) \
+                    or (func is not None and facts.returns.grad):
+                continue
+            if "by its name" in reason and _model_api(analysis, func):
+                continue
+            forward = _helper_forward(analysis, local.callee, trained, 0)
+            if forward is None or _called_by_forward(analysis, func) \
+                    or analysis.function_does(local.callee, Does.DIFFERENTIATE):
+                continue
+            reported.add(scope)
+            fix, plan, unsafe = _fix(analysis, func, reason)
+            yield self.finding(
+                site,
+                f"forward pass `{forward.text}` in `{local.callee.name}()`, called by evaluation "
+                f"code, records autograd history",
+                f"{reason}; `{local.callee.name}()` (called at line {site.line}) runs "
+                f"`{forward.text}` at line {forward.site.line} with autograd on; this call is "
+                f"not under `torch.no_grad()`/`inference_mode()`, no caller wraps it, and no "
+                f"backward runs on this path, so activations are kept for nothing",
+                fix, plan=plan, no_autofix=unsafe)
 
 
 def _trained_graphs(analysis: FileAnalysis) -> frozenset:
@@ -259,6 +296,29 @@ def _pytest_test(func) -> bool:
             return True
         func = func.parent
     return False
+
+
+def _helper_forward(analysis, func, trained, depth: int):
+    """The first forward a helper runs with autograd on (itself, or a helper it calls, two
+    deep) that its own judgement leaves unreported: not evaluation code there, or feeding a
+    training backward. None when it has none, or disables grad itself."""
+    if depth > 2 or func.no_grad_decorated or (func.cls is not None and func.name == "forward"):
+        return None
+    facts = analysis.facts_for(func)
+    for forward in facts.forwards:
+        if forward.site.no_grad or forward.module.has(V.LOSS_FN):
+            continue
+        if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
+            continue
+        if analysis.evaluation_reason(facts, forward.site) and not _feeds_training(forward, trained):
+            return None          # reported in the helper itself
+        return forward
+    for local in facts.local_calls:
+        if not local.site.no_grad:
+            found = _helper_forward(analysis, local.callee, trained, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _feeds_training(forward, trained) -> bool:

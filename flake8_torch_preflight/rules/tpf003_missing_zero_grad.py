@@ -36,24 +36,32 @@ accumulation condition) depends on intent.
 ## Known limits
 Quiet when the reset sits under an `if` in the loop (deliberate accumulation), in
 LightningModule and HF Trainer code (the framework zeroes gradients), with DeepSpeed engines
-(`engine.step()` zeroes them), in `training_step`-style functions with no loop, and when the
-loop's innermost backward-and-step is in a nested loop (that loop is judged instead), also
-when that loop sits in a called helper (`for epoch ...: train_epoch(...)` is judged once, in
-`train_epoch`). When every reset in the iteration names its optimizer or module
-(`optD.zero_grad()`, `netD.zero_grad()`), an optimizer stepped there that none of them covers
-is reported (a GAN loop that zeroes the discriminator's gradients but not the generator's); a
-reset the analysis cannot tie to an object (`p.grad = None`, a helper) counts for all. A step
-the analysis does not recognise (an optimizer hidden behind an unknown wrapper) makes the loop
-invisible to this rule.
+(`engine.step()` zeroes them; the optimizer `deepspeed.initialize` returns does not, so
+`optimizer.step()` on it is judged like any optimizer's), in `training_step`-style functions
+with no loop, and when the loop's innermost backward-and-step is in a nested loop (that loop
+is judged instead), also when that loop sits in a called helper (`for epoch ...:
+train_epoch(...)` is judged once, in `train_epoch`). When every reset in the iteration names
+its optimizer or module (`optD.zero_grad()`, `netD.zero_grad()`), an optimizer stepped there
+that none of them covers is reported (a GAN loop that zeroes the discriminator's gradients
+but not the generator's); `p.grad = None` in a `for p in X.parameters()` loop resets `X`
+(only some of its parameters when a test other than on `p.grad` / `p.requires_grad` guards
+it); a reset the analysis cannot tie to an object (a helper, `p.grad = None` over a list)
+counts for all. A reset on the other branch of an `if` whose test the loop never changes
+(`if use_amp:`) does not cover a step on this branch. A project class that subclasses
+`torch.optim.Optimizer` makes optimizers, and `opt.step = torch.compile(opt.step)` keeps the
+step. A step the analysis does not recognise (an optimizer hidden behind an unknown wrapper)
+makes the loop invisible to this rule.
 """
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional, Set
+from dataclasses import dataclass
+from typing import FrozenSet, Iterator, Optional
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
-from ..analysis.astutil import dotted
+from ..analysis.astutil import dotted, keyword
+from ..analysis.events import Site
 from ..analysis.optimizers import call_at
 from ..findings import ERROR, Finding
 from .base import Rule
@@ -90,88 +98,240 @@ class MissingZeroGrad(Rule):
                     "call `optimizer.zero_grad(set_to_none=True)` once per iteration "
                     "(before the forward or after `optimizer.step()`)")
 
-    def _other_optimizer_reset(self, analysis, facts, loop, step, name: str, resets) -> Finding:
+    def _other_optimizer_reset(self, analysis, facts, loop, step, name: str, resets,
+                               exclusive) -> Finding:
         backwards = analysis.loop_sites(facts, loop, Does.BACKWARD)
         before = [s for s in backwards if s.line <= step.line]
         backward = max(before, key=lambda s: s.line) if before else min(backwards, key=lambda s: s.line)
-        reset_text = ", ".join(f"`{text}.zero_grad()` (line {line})" for text, line in resets)
+        reset_text = ", ".join(f"{text} (line {line})" for text, line in resets)
+        if exclusive is not None:
+            return self.finding(
+                backward,
+                f"`{name}`'s gradients accumulate across steps: its reset is on the other branch",
+                f"`{name}`'s step at line {step.line} in the loop at line {loop.lineno} runs on "
+                f"one branch of the `if` at line {exclusive.lineno}, whose test the loop never "
+                f"changes; the resets in the loop are {reset_text}, and those of `{name}` are "
+                f"on the other branch, so each of its steps applies the sum of all earlier "
+                f"gradients",
+                f"call `{name}.zero_grad(set_to_none=True)` on the branch that steps it too")
         return self.finding(
             backward,
             f"`{name}`'s gradients accumulate across steps: the loop resets only other gradients",
-            f"`{name}.step()` at line {step.line} in the loop at line {loop.lineno}; the resets "
-            f"in it are {reset_text}, which do not reset the parameters `{name}` updates, so "
-            f"each of its steps applies the sum of all earlier gradients",
+            f"`{name}`'s step at line {step.line} in the loop at line {loop.lineno}; the resets "
+            f"in it are {reset_text}, which do not reset all the parameters `{name}` updates, "
+            f"so each of its steps applies the sum of all earlier gradients",
             f"call `{name}.zero_grad(set_to_none=True)` once per iteration, next to its step")
 
 
 # ---------------------------------------------------------------------- which optimizer
+@dataclass(frozen=True)
+class _Reset:
+    text: str               # `optD`, `netD`, `model.classifier` (for `p.grad = None` over it)
+    receiver: V.Value
+    site: Site
+    shown: str              # how the message names it
+
+
+@dataclass(frozen=True)
+class _Stepped:
+    name: str
+    value: V.Value
+    site: Site
+    owners: Optional[FrozenSet[str]]   # modules whose parameters it updates, when known
+
+
 def _optimizer_never_reset(analysis: FileAnalysis, facts, loop):
-    """(step site, optimizer name, resets) for an optimizer stepped in `loop` whose
-    parameters no reset in the loop covers: every reset names its optimizer or module, and
-    none is this optimizer or the module whose parameters it was built from (a GAN loop
-    that zeroes the discriminator's gradients only). None when unsure."""
+    """(step site, optimizer name, resets, exclusive) for an optimizer stepped in `loop` that
+    no reset on its path covers: every reset names its optimizer or module (or is a `p.grad =
+    None` over one module's parameters), and none is this optimizer or a module that holds
+    its parameters (a GAN loop that zeroes the discriminator's gradients only), or the only
+    ones that are sit on the other branch of an `if` whose test the loop never changes
+    (`exclusive`: that `if`). None when unsure."""
     resets = []
     for site in analysis.loop_sites(facts, loop, Does.RESET):
-        identity = _reset_identity(analysis, facts, site)
-        if identity is None:
-            return None             # `p.grad = None`, a helper, a fresh optimizer: may cover it
-        resets.append(identity)
+        reset = _reset_identity(analysis, facts, loop, site)
+        if reset is None:
+            return None             # a helper, a fresh optimizer, an engine: may cover it
+        resets.append(reset)
+    stepped = []
     for step in analysis.in_loop(facts, "steps", loop):
-        if step.via != "optimizer":
+        if step.via not in ("optimizer", "scaler"):
             continue
-        optimizer = _stepped(analysis, facts, step.site)
-        if optimizer is None:
+        found = _stepped(analysis, facts, step.site)
+        if found is None:
             return None
-        name, value = optimizer
-        owners = _parameter_owners(value)
-        covered = False
-        for text, receiver, _ in resets:
-            if text == name or (receiver.node is not None and receiver.node is value.node):
-                covered = True
-            elif receiver.has(V.MODULE) and not receiver.has(V.OPTIMIZER):
-                if owners is None:
-                    return None     # `netD.zero_grad()`: whose parameters `name` has, unknown
-                covered = covered or text in owners
-        if not covered:
-            return step.site, name, [(text, line) for text, _, line in resets]
+        stepped.append(found)
+    for this in stepped:
+        others = [o for o in stepped if o.name != this.name]
+        exclusive = None
+        for reset in resets:
+            covers = _covers(reset, this, others)
+            if covers is None:
+                return None
+            if not covers:
+                continue
+            test = _exclusive(facts, loop, reset.site, this.site)
+            if test is None:
+                break
+            exclusive = test
+        else:
+            return this.site, this.name, [(r.shown, r.site.line) for r in resets], exclusive
     return None
 
 
-def _reset_identity(analysis, facts, site):
-    """(receiver text, receiver value, line) of `opt.zero_grad()` / `model.zero_grad()`;
-    None for any other reset."""
+def _covers(reset: _Reset, this: _Stepped, others) -> Optional[bool]:
+    """The reset clears the gradients `this` optimizer applies: True, False (proven another
+    optimizer's, or a part of its module), None (unsure)."""
+    if reset.text == this.name or (reset.receiver.node is not None
+                                   and reset.receiver.node is this.value.node):
+        return True
+    if reset.receiver.has(V.OPTIMIZER) or any(reset.text == o.name for o in others):
+        return False                # another optimizer's reset (stepped in the loop too)
+    owners = this.owners
+    if owners is None:
+        return None
+    if any(owner == reset.text or owner.startswith(reset.text + ".") for owner in owners):
+        return True                 # `model.zero_grad()` for `Adam(model.head.parameters())`
+    if all(reset.text.startswith(owner + ".") for owner in owners):
+        return False                # `p.grad = None` over `model.head` only
+    # another stepped optimizer's module (`netD.zero_grad()` next to `optD.step()`)
+    if any(o.owners and reset.text in o.owners for o in others):
+        return False
+    return None
+
+
+def _exclusive(facts, loop, reset: Site, step: Site) -> Optional[ast.expr]:
+    """The test of an `if` whose one branch holds `reset` and the other `step`, when the loop
+    never changes what it tests (`if use_amp:`): every iteration takes the same branch."""
+    for a in reset.conds_inside(loop):
+        for b in step.conds_inside(loop):
+            if a.test is b.test and a.negated != b.negated and _invariant(facts, loop, a.test):
+                return a.test
+    return None
+
+
+def _invariant(facts, loop, test: ast.expr) -> bool:
+    changed = set(facts.loop_rebinds.get(loop, frozenset())) | \
+        set(facts.loop_writes.get(loop, frozenset()))
+    target = getattr(loop, "target", None)
+    if target is not None:   # `for i, batch in ...`: the loop's own variables change
+        changed.update(dotted(n) for n in ast.walk(target) if isinstance(n, ast.Name))
+    for node in ast.walk(test):
+        if isinstance(node, (ast.Call, ast.Subscript, ast.Await, ast.NamedExpr)):
+            return False
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            text = dotted(node)
+            if text is None or any(text == c or text.startswith(c + ".") or
+                                   c.startswith(text + ".") for c in changed):
+                return False
+    return True
+
+
+def _reset_identity(analysis, facts, loop, site) -> Optional[_Reset]:
+    """What `opt.zero_grad()` / `model.zero_grad()` resets, or the module of `p.grad = None`
+    (`p.grad.zero_()`) run over every parameter of one module; None for any other reset."""
     call = call_at(analysis, facts, site.node)
-    if call is None or call.method != "zero_grad" or not isinstance(call.node.func, ast.Attribute):
-        return None
+    if call is None:
+        return _parameter_loop_reset(facts, loop, site)
+    if call.method != "zero_grad" or not isinstance(call.node.func, ast.Attribute):
+        return _parameter_loop_reset(facts, loop, site) if call.method == "zero_" else None
     text = dotted(call.node.func.value)
-    receiver = call.receiver or V.UNKNOWN
-    if text is None or not (receiver.has(V.OPTIMIZER) or receiver.has(V.MODULE)):
+    if text is None:
         return None
-    return text, receiver, site.line
+    return _Reset(text, call.receiver or V.UNKNOWN, site, f"`{text}.zero_grad()`")
 
 
-def _stepped(analysis, facts, site):
-    """(name, value) of the optimizer `opt.step()` steps, when it is a known optimizer."""
+def _parameter_loop_reset(facts, loop, site) -> Optional[_Reset]:
+    """`for p in model.head.parameters(): p.grad = None`: a reset of `model.head`'s
+    gradients; under a test other than on `p.grad` / `p.requires_grad` it resets only some
+    of them, which clears no optimizer's gradients in full."""
+    grad = _grad_target(site.node)
+    if grad is None or not isinstance(grad.value, ast.Name):
+        return None
+    name = grad.value.id
+    inner = site.loops[site.loops.index(loop) + 1:]
+    for param_loop in reversed(inner):
+        module = _parameters_iterated(param_loop, name)
+        if module is None:
+            continue
+        depth = site.loops.index(param_loop) + 1
+        tests = [c.test for c in site.conds if c.depth >= depth]
+        shown = f"`{name}.grad = None` over `{module}.parameters()`"
+        if all(_tests_the_parameter(t, name) for t in tests):
+            return _Reset(module, V.UNKNOWN, site, shown)
+        return _Reset(module + ".<some parameters>", V.UNKNOWN, site, shown + " under a test")
+    return None
+
+
+def _grad_target(node) -> Optional[ast.Attribute]:
+    """`p.grad` in `p.grad = None` or `p.grad.zero_()`."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        node = node.targets[0]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value
+    return node if isinstance(node, ast.Attribute) and node.attr == "grad" else None
+
+
+def _parameters_iterated(loop, name: str) -> Optional[str]:
+    """`model.head` for `for p in model.head.parameters():` (or `for n, p in
+    ....named_parameters():`) when the loop binds `name`."""
+    target, it = getattr(loop, "target", None), getattr(loop, "iter", None)
+    if isinstance(target, ast.Tuple) and target.elts:
+        target = target.elts[-1]
+    if not (isinstance(target, ast.Name) and target.id == name and isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Attribute)
+            and it.func.attr in ("parameters", "named_parameters")):
+        return None
+    return dotted(it.func.value)
+
+
+def _tests_the_parameter(test: ast.expr, name: str) -> bool:
+    """`p.grad is not None`, `p.requires_grad`: every parameter that has a gradient passes."""
+    texts = {dotted(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
+    return texts <= {name, f"{name}.grad", f"{name}.requires_grad"}
+
+
+def _stepped(analysis, facts, site) -> Optional[_Stepped]:
+    """The optimizer `opt.step()` (or `scaler.step(opt)`) steps, when it is a known one."""
     call = call_at(analysis, facts, site.node)
     if call is None or call.method != "step" or not isinstance(call.node.func, ast.Attribute):
         return None
-    text = dotted(call.node.func.value)
-    receiver = call.receiver or V.UNKNOWN
-    if text is None or not receiver.has(V.OPTIMIZER):
+    node, value = call.node.func.value, call.receiver or V.UNKNOWN
+    scaled = value.has(V.SCALER)
+    if scaled:
+        if not call.node.args:
+            return None
+        # what `GradScaler.step` is given is an optimizer, by its contract
+        node, value = call.node.args[0], call.args[0]
+    text = dotted(node)
+    if text is None or not (scaled or value.has(V.OPTIMIZER)):
         return None
-    return text, receiver
+    return _Stepped(text, value, site, _parameter_owners(value))
 
 
-def _parameter_owners(optimizer: V.Value) -> Optional[Set[str]]:
-    """The module whose `.parameters()` the optimizer was built from (`Adam(netG.parameters())`),
-    or None when that is not known."""
-    params = optimizer.field("params")
-    node = params.node if params is not None else None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr in ("parameters", "named_parameters"):
-        owner = dotted(node.func.value)
-        return {owner} if owner else None
-    return None
+def _parameter_owners(optimizer: V.Value) -> Optional[FrozenSet[str]]:
+    """The modules whose `.parameters()` the optimizer was built from (`Adam(netG.parameters())`,
+    `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`, param groups), read from
+    its construction; None when anything else goes in."""
+    node = optimizer.node
+    if not isinstance(node, ast.Call):
+        return None
+    params = node.args[0] if node.args else keyword(node, "params")
+    if params is None:
+        return None
+    owners, spent = set(), set()
+    for sub in ast.walk(params):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                and sub.func.attr in ("parameters", "named_parameters") and not sub.args:
+            owner = dotted(sub.func.value)
+            if owner is None:
+                return None
+            owners.add(owner)
+            spent.update(id(n) for n in ast.walk(sub))
+        elif isinstance(sub, ast.Call):
+            spent.update(id(n) for n in ast.walk(sub.func))
+    free = [n for n in ast.walk(params) if isinstance(n, ast.Name) and id(n) not in spent]
+    return frozenset(owners) if owners and not free else None
 
 
 def _backward_only_in_helper_loops(analysis: FileAnalysis, facts, loop) -> bool:

@@ -14,6 +14,14 @@ analysis (`analysis/accumulation.py`) recognises:
   `for _ in range(accum_steps):`) that backwards every iteration, with `optimizer.step()`
   after it.
 
+The backward may sit in a training-step helper called every micro-step: a loss the helper
+makes itself from the model and batch it is handed is undivided when nothing the helper
+reads or is given names the accumulation count (`accum`, `micro`, `args`, `cfg`, a scale).
+
+Also reported: a `%` gate whose counter the loop advances only inside the gated block
+(`if global_step % k == 0: optimizer.step(); global_step += 1`): once the test is false it
+stays false, so the optimizer steps at most once and the rest of the run only accumulates.
+
 What the summed gradients do depends on the optimizer, which the analysis traces to its
 construction, and the level follows it:
 
@@ -100,11 +108,13 @@ known not to normalise.
 from __future__ import annotations
 
 import ast
+import re
 from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
-from ..analysis.accumulation import (MICRO_LOOP, Window, backwarded_expr, every_step_resets,
+from ..analysis.accumulation import (MICRO_LOOP, Window, backwarded_expr,
+                                     counter_advanced_only_when_stepping, every_step_resets,
                                      helper_backwards, undivided_from_unread_code, windows)
 from ..analysis.astutil import dotted
 from ..analysis.epochs import argument_for
@@ -124,6 +134,10 @@ class UnscaledAccumulation(Rule):
         for window in windows(analysis):
             if window.owner is not None:
                 continue
+            stalled = counter_advanced_only_when_stepping(window)
+            if stalled is not None and window.gated_by is None:
+                yield self._stalled(window, stalled)
+                continue
             if _scales_gradients(analysis, window) or _model_given_away_before_step(window):
                 continue   # normalised on the gradients (`scale_grads(model, 1 / num_tokens)`)
             undivided = _undivided_backwards(analysis, window, deep=False)
@@ -141,6 +155,20 @@ class UnscaledAccumulation(Rule):
                 continue
             for record, where in undivided:
                 yield self._report(window, record, where, effect)
+
+    def _stalled(self, window: Window, stalled) -> Finding:
+        step = window.first_step
+        where = ", ".join(str(line) for line in stalled.lines)
+        return self.finding(
+            step,
+            f"the optimizer steps at most once: `{stalled.name}`, which the accumulation gate "
+            f"tests, only advances when it steps",
+            f"the step at line {step.line} runs {window.gate.describe()}, and `{stalled.name}` "
+            f"changes only inside that block (line {where}); once the test is false it stays "
+            f"false, so every later micro-step of the loop at line {window.loop.lineno} only "
+            f"accumulates gradients",
+            f"advance `{stalled.name}` on every iteration (outside the `if`), or test the loop's "
+            f"own counter")
 
     def _report(self, window: Window, record, where: str,
                 effect: Tuple[str, str, str]) -> Finding:
@@ -306,11 +334,43 @@ def _backward_lines(facts) -> FrozenSet[int]:
 
 def _undivided_through(facts, call: LocalCall, value: V.Value) -> bool:
     """A helper's backwarded value, seen at one call: when it is a parameter of the helper
-    (`def backward_step(loss): loss.backward()`), what the caller passes decides."""
+    (`def backward_step(loss): loss.backward()`), what the caller passes decides; when the
+    helper makes the loss itself from the model and the batch it is handed (`def
+    training_step(model, batch): loss = criterion(model(x), y); loss.backward()`), it is
+    undivided if nothing it reads or is given names the accumulation count."""
     if not value.params:
         return _undivided(value)
+    if value.has(V.DIVIDED):
+        return False
+    passed = []
     for index in value.params:
         expr = argument_for(call.callee, call.node, index)
-        if expr is None or not _undivided(facts.value(expr)):
+        if expr is None:
             return False
-    return True
+        passed.append((expr, facts.value(expr)))
+    if any(v.has(V.LOSS) or v.grad or v.has(V.DIVIDED) for _, v in passed):
+        return all(_undivided(v) for _, v in passed)
+    return value.has(V.LOSS) and not any(_may_carry_count(expr) for expr, _ in passed) \
+        and _never_names_the_count(call.callee)
+
+
+def _may_carry_count(expr) -> bool:
+    """An argument that may hold the accumulation count or a scale (`args`, `accum_steps`,
+    `1 / k`, any number)."""
+    names = [dotted(n) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))]
+    return isinstance(expr, (ast.Constant, ast.BinOp)) or any(
+        name and any(_CARRIES_COUNT.search(part) for part in name.split(".")) for name in names)
+
+
+def _never_names_the_count(func) -> bool:
+    """No name, attribute or parameter of `func` says accumulation (`accum`, `micro`,
+    `grad_acc`): a helper that scales by the count must name it somewhere."""
+    return not any(_COUNT_WORD.search(getattr(node, "id", None) or getattr(node, "attr", None)
+                                      or getattr(node, "arg", None) or "")
+                   for node in ast.walk(func.node)
+                   if isinstance(node, (ast.Name, ast.Attribute, ast.arg)))
+
+
+_COUNT_WORD = re.compile(r"accum|grad_acc|micro|num_steps_per|_gas$|^gas$", re.IGNORECASE)
+_CARRIES_COUNT = re.compile(r"accum|grad_acc|micro|scale|^(args|cfg|config|conf|opt|opts|"
+                            r"hparams|hp|settings)$", re.IGNORECASE)

@@ -7,8 +7,9 @@ host-device synchronisations on the hot path of training:
 
 - **warning**: a sync inside a loop nested in the training step (`.item()`, `.cpu()`,
   `.numpy()`, `.tolist()`, `float(t)`, `int(t)`, `print(t)` on a tensor, once per element:
-  per-parameter gradient norms, per-sample accuracy), also in a helper called every step
-  or a framework step hook (`training_step`); and `torch.cuda.synchronize()` every step
+  per-parameter gradient norms, per-sample accuracy), also in a helper called every step,
+  in the `forward` of a module of the file called every step (`loss_fn(out, y)`), or in a
+  framework step hook (`training_step`); and `torch.cuda.synchronize()` every step
   in code that does no timing.
 - **note**: a per-step `.item()`/`.cpu()` whose result only feeds logging (`print`, a
   logger, `pbar.set_postfix`, `running_loss += loss.item()`, `losses.append(...)`), when it
@@ -113,7 +114,9 @@ class HotLoopSync(Rule):
     def _check_facts(self, analysis, facts: FunctionFacts, evidence) -> Iterator[Finding]:
         cuda = f"the file targets CUDA ({evidence[1]} line {evidence[0]})"
         loops = step_loops(analysis, facts)
-        hot = hot_reason(analysis, facts.func) if facts.func is not None and not loops else None
+        hot = None
+        if facts.func is not None and not loops:
+            hot = hot_reason(analysis, facts.func) or _forward_hot_reason(analysis, facts.func)
         if not loops and hot is None:
             return
         timing = _does_timing(analysis, facts)
@@ -328,4 +331,25 @@ def _per_element_sync(analysis, func) -> Optional[Tuple[str, int, int, object]]:
             found = _per_element_sync(analysis, local.callee)
             if found is not None:
                 return found
+    return None
+
+
+def _forward_hot_reason(analysis, func) -> Optional[str]:
+    """Why the `forward` of a module class of the file runs once per training step: the
+    module is called (`loss_fn(out, y)`, not only `loss_fn.forward(...)`) in a step loop with
+    no `if` around the call. None for any other function."""
+    if func.name != "forward" or func.cls is None:
+        return None
+    for facts in analysis.all_facts():
+        loops = step_loops(analysis, facts)
+        for forward in facts.forwards:
+            cls = forward.module.cls
+            if cls is None or cls.method("forward") is not func:
+                continue
+            site = forward.site
+            loop = next((lp for lp in loops if lp in site.loops), None)
+            if loop is None or site.conds_inside(loop) or analysis.evaluation_reason(facts, site):
+                continue
+            return (f"`{cls.name}.forward()` runs when the module is called at line "
+                    f"{site.line} in the training loop at line {loop.lineno}")
     return None

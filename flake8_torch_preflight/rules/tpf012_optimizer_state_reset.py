@@ -43,7 +43,10 @@ rate it sees when they are computed in the loop.
 
 ## Known limits
 Quiet when the loop also builds a model (k-fold, trials, sweeps: any module constructed in
-it, directly or by a helper it calls, or a model name rebound in it), restores state in it
+it, or by a helper it calls that returns or stores the module, or a model-named variable
+rebound in it and then used as a module: called, `.parameters()`, handed to a helper; a
+tensor named `model_pred` or a `torch.Generator` named `generator` is no model, nor is a
+pipeline a validation helper builds and drops), restores state in it
 (`load_state_dict`, `reset_parameters`, `apply(...)`), when the construction is under an
 `if` in the loop (rebuilding at an unfreeze epoch, lazy creation), and when the object is
 stepped only outside the loop or by code the analysis cannot see. A scheduler whose
@@ -67,6 +70,10 @@ _STEPS = {"optimizer": ("step",), "scaler": ("step", "update", "scale"), "schedu
 _STATE_METHODS = frozenset({"load_state_dict", "reset_parameters", "apply", "init_weights",
                             "_init_weights", "reset_weights", "initialize_weights"})
 _MAX_DEPTH = 2
+# Methods of `nn.Module` a tensor or a generator does not have: calling one proves a module.
+_MODULE_ONLY_METHODS = frozenset({"parameters", "named_parameters", "train", "eval",
+                                  "state_dict", "load_state_dict", "modules", "children",
+                                  "named_modules", "zero_grad", "requires_grad_", "apply"})
 
 
 class OptimizerStateReset(Rule):
@@ -202,36 +209,57 @@ def _model_text(call: CallSite, kind: str) -> Optional[str]:
 def _model_rebuilt(analysis, facts: FunctionFacts, loop, call: CallSite, kind: str) -> bool:
     """The loop builds (or re-initialises) a model, or the object's model/optimizer is
     rebound in it: a fresh optimizer is then what the author wants."""
+    rebinds = _loop_bindings(facts, loop)
+    return (_own_model_rebound(analysis, facts, loop, call, kind, rebinds)
+            or any(_model_named_rebuilt(analysis, facts, loop, name) for name in rebinds)
+            or _loop_builds_or_restores(analysis, facts, loop))
+
+
+def _loop_bindings(facts: FunctionFacts, loop) -> Set[str]:
+    """Names the loop rebinds, its own target included (`for member in members:`)."""
     rebinds = set(facts.loop_rebinds.get(loop, frozenset()))
-    target = getattr(loop, "target", None)   # `for member in members:` binds it too
+    target = getattr(loop, "target", None)
     if target is not None:
         elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
         rebinds.update(t for t in (dotted(e) for e in elts) if t)
+    return rebinds
+
+
+def _own_model_rebound(analysis, facts, loop, call: CallSite, kind: str, rebinds) -> bool:
+    """What the object itself is built from is bound in the loop: its model (not merely
+    moved), the parameters of `Adam([delta])` (a fresh perturbation, a per-sample latent),
+    or a scheduler's optimizer (that optimizer's finding covers it)."""
     model = _model_text(call, kind)
-    if model and (model in rebinds or model.split(".")[0] in rebinds - {"self"}) \
-            and not _only_moved(analysis, facts, loop, model):
-        return True
-    if any(api.MODEL_PARAM_RE.match(name.rsplit(".", 1)[-1]) and _rebound_opaquely(
-            analysis, facts, loop, name) for name in rebinds):
-        return True
-    if kind == "optimizer" and not model:
-        # `Adam([delta])` / `SGD(params)`: what it optimises is bound in the loop (a fresh
-        # perturbation, a per-sample latent), so a fresh optimizer is the intent.
+    if model:
+        return (model in rebinds or model.split(".")[0] in rebinds - {"self"}) \
+            and not _only_moved(analysis, facts, loop, model)
+    if kind == "optimizer":
         arg = call.node.args[0] if call.node.args else keyword(call.node, "params")
-        if arg is None or any(dotted(n) in rebinds for n in ast.walk(arg)
-                              if isinstance(n, (ast.Name, ast.Attribute))):
-            return True
+        return arg is None or any(dotted(n) in rebinds for n in ast.walk(arg)
+                                  if isinstance(n, (ast.Name, ast.Attribute)))
     if kind == "scheduler":
         arg = call.node.args[0] if call.node.args else keyword(call.node, "optimizer")
         text = dotted(arg) if arg is not None else None
-        if text is None or text in rebinds:
-            return True   # its optimizer is rebuilt too: that finding covers it
+        return text is None or text in rebinds
+    return False
+
+
+def _model_named_rebuilt(analysis, facts, loop, name: str) -> bool:
+    """A model-named variable (`student`, `generator`) the loop rebinds to what may be a new
+    model and then uses as one. A tensor named like a model (`model_pred`, `model_input`,
+    a `torch.Generator` called `generator`) is only read as data: it trains nothing."""
+    return bool(api.MODEL_PARAM_RE.match(name.rsplit(".", 1)[-1])) \
+        and _rebound_opaquely(analysis, facts, loop, name) \
+        and _used_as_module(analysis, facts, loop, name)
+
+
+def _loop_builds_or_restores(analysis, facts: FunctionFacts, loop) -> bool:
+    """The loop re-initialises a model (`load_state_dict`, `apply(init)`), makes a fresh
+    trainable tensor, or builds a module, itself or in a helper whose module outlives it."""
     local_nodes = {id(c.node): c.callee for c in facts.local_calls}
-    for other in facts.calls:
-        if loop not in other.site.loops:
-            continue
+    for other in analysis.in_loop(facts, "calls", loop):
         if other.method in _STATE_METHODS or (other.result.leaf and other.result.grad):
-            return True   # re-initialised, or a fresh trainable tensor made in the loop
+            return True
         if _builds_module(other):
             return True
         callee = local_nodes.get(id(other.node))
@@ -280,10 +308,53 @@ def _builds_module(call: CallSite) -> bool:
                                         and result.cls is not None)
 
 
+def _used_as_module(analysis, facts: FunctionFacts, loop, name: str) -> bool:
+    """The loop calls `name` (a forward), calls a method only modules have on it, or hands
+    it to a helper of the file or to a call that wraps it into a module (`DDP(student)`)."""
+    local_nodes = {id(c.node) for c in facts.local_calls}
+    for call in analysis.in_loop(facts, "calls", loop):
+        func = call.node.func
+        if dotted(func) == name:
+            return True
+        if isinstance(func, ast.Attribute) and func.attr in _MODULE_ONLY_METHODS \
+                and dotted(func.value) == name:
+            return True
+        passed = any(dotted(arg) == name for arg in
+                     list(call.node.args) + [kw.value for kw in call.node.keywords])
+        if passed and (id(call.node) in local_nodes or call.result.has(V.MODULE)):
+            return True
+    return False
+
+
 def _function_builds_module(analysis, func, depth: int) -> bool:
+    """`func` (or a helper it calls) builds a module that outlives the call: returned, or
+    stored on an object or a global. A pipeline a validation helper builds, uses and drops
+    is no new model of the loop that calls it."""
     if depth > _MAX_DEPTH:
         return False
     facts = analysis.facts_for(func)
-    if any(_builds_module(c) or c.method in _STATE_METHODS for c in facts.calls):
+    if _escapes(facts.returns) or any(c.method in _STATE_METHODS for c in facts.calls):
+        return True
+    if any(_builds_module(c) and _stored_outside(func, c) for c in facts.calls):
         return True
     return any(_function_builds_module(analysis, c.callee, depth + 1) for c in facts.local_calls)
+
+
+def _escapes(returned: V.Value) -> bool:
+    return returned.has(V.MODULE) and not returned.has(V.LOSS_FN) \
+        and not returned.has(V.ACTIVATION_MODULE)
+
+
+def _stored_outside(func, call: CallSite) -> bool:
+    """The module `call` builds may outlive `func`: assigned to an attribute, an item or a
+    global name, handed on by an expression statement (`models.append(Net())`), or built in
+    any statement other than a plain local assignment."""
+    stmt = call.site.stmt
+    if isinstance(stmt, ast.Expr):
+        return stmt.value is not call.node
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        return True
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    globals_ = {name for node in ast.walk(func.node) if isinstance(node, (ast.Global, ast.Nonlocal))
+                for name in node.names}
+    return any(not isinstance(t, ast.Name) or t.id in globals_ for t in targets)

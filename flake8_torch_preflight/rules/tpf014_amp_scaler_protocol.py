@@ -7,8 +7,9 @@ body of a step function that does (`def run_batch(...)`, called per batch), repo
 
 - a gradient clip (`clip_grad_norm_`, `clip_grad_value_`, a wrapped model's
   `clip_grad_norm_`) with no `scaler.unscale_(optimizer)` before it in the iteration;
-- `optimizer.step()` with no `scaler.step(optimizer)`, `scaler.update()` or
-  `scaler.unscale_()` anywhere in the loop: the scaled gradients are applied as they are;
+- `optimizer.step()` with no `scaler.step(optimizer)` or `scaler.unscale_()` anywhere in the
+  loop: the scaled gradients are applied as they are (a `scaler.update()` there unscales
+  nothing; with no inf check recorded it raises once the scaler is enabled);
 - `scaler.unscale_(optimizer)` on every micro-step of a gradient-accumulation window (the
   windows of TPF004, `analysis/accumulation.py`) while the step runs once per window.
 
@@ -114,10 +115,16 @@ class AmpScalerProtocol(Rule):
 
     # -------------------------------------------------------------- step around the scaler
     def _step_bypasses_scaler(self, analysis, scaled: ScaledLoop) -> Optional[Finding]:
-        if not scaled.optimizer_steps or scaled.of(SCALER_STEP, UPDATE, UNSCALE) \
+        # `scaler.update()` alone unscales nothing: the step still applies scaled gradients
+        # (and, with no `scaler.step`/`unscale_` recorded, `update()` raises once enabled).
+        if not scaled.optimizer_steps or scaled.of(SCALER_STEP, UNSCALE) \
                 or opaque(analysis, scaled):
             return None
         scales = scaled.of(SCALE)
+        updates = scaled.of(UPDATE)
+        update = (f"; the `scaler.update()` at line {updates[0].site.line} finds no inf "
+                  f"checks recorded and raises AssertionError whenever the scaler is enabled"
+                  if updates else "")
         for step in scaled.optimizer_steps:
             if not scaled.owns(step.site):
                 continue      # judged with the loop it runs in
@@ -130,7 +137,7 @@ class AmpScalerProtocol(Rule):
                 f"{_where(scales[0])} multiplies the loss by the loss scale (65,536 "
                 f"at the start); `{short(step.site.node, 40)}` at line {step.site.line} in "
                 f"{scaled.where} applies the gradients as they are, and nothing there calls "
-                f"`scaler.step(optimizer)`, `scaler.update()` or `scaler.unscale_()`",
+                f"`scaler.step(optimizer)` or `scaler.unscale_()`{update}",
                 "replace `optimizer.step()` with `scaler.step(optimizer)` followed by "
                 "`scaler.update()`")
         return None

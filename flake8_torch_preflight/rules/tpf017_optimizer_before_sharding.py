@@ -2,8 +2,10 @@
 
 ## What it does
 Reports an optimizer built from a model's parameters (`AdamW(model.parameters())`, param
-groups of the model, a name bound to them, or a file-local helper that builds an optimizer
-for the model it is passed) when, later in the same function, that model (or a module it
+groups of the model, a name bound to them, the groups a project helper builds from the
+`named_parameters()` of a module it is handed (`AdamW(get_param_groups(model, wd))`), a
+file-local helper that builds an optimizer for the model it is passed, or the model's own
+method (`model.configure_optimizers(...)`)) when, later in the same function, that model (or a module it
 contains, or the module it belongs to) is sharded by a wrapper that re-creates parameters:
 
 - FSDP1 `FullyShardedDataParallel(model, …)` without `use_orig_params=True` (it flattens

@@ -27,7 +27,9 @@ single-device `Trainer`, when:
   subscripts nothing with a random integer (random augmentation of the indexed sample, a
   flip's coin or a random prompt template, keeps the order); no `shuffle` / `permutation` /
   `set_epoch` call in the training loop or the loops around it; no order drawn once
-  (`random_split`, `randperm` indices, a Hugging Face `.shuffle(seed=...)`);
+  (`randperm` indices, a Hugging Face `.shuffle(seed=...)`). A part of `random_split(ds,
+  ...)` is a `Subset` of `ds`, map-style when `ds` is, and read in the one order the split
+  drew (the split picks members; it reshuffles nothing), so it is judged like `ds`;
 - the data is not random noise: a `TensorDataset` of fresh `torch.randn` draws (directly or
   from a helper), or a dataset class whose `__getitem__` reads only attributes drawn at
   random in its `__init__` (`self.x = torch.randn(n, d)`, labels computed from them), reads

@@ -13,6 +13,7 @@ from . import accelerate, lightning, deepspeed, hf  # noqa: F401
 from .containers import iterated_item
 from .conventions import parameter_value
 from .nn_module import forward_output
+from .optim import optimizer_class
 from .torch import statement_grad_mode
 from .registry import (Access, Call, assign_attribute, call_builtin, call_method,
                        call_qualified, call_value, callable_value, context_grad_mode,
@@ -20,5 +21,5 @@ from .registry import (Access, Call, assign_attribute, call_builtin, call_method
 
 __all__ = ["Access", "Call", "assign_attribute", "call_builtin", "call_method",
            "call_qualified", "call_value", "callable_value", "context_grad_mode",
-           "forward_output", "iterated_item", "parameter_value", "read_attribute",
+           "forward_output", "iterated_item", "optimizer_class", "parameter_value", "read_attribute",
            "statement_grad_mode"]

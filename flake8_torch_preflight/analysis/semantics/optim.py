@@ -30,6 +30,21 @@ def _optimizer(call: Call) -> Value:
     return Value(tags=frozenset({V.OPTIMIZER}), node=call.node, fields=(("params", params),))
 
 
+def optimizer_class(cls) -> bool:
+    """A project class that subclasses an optimizer (`class BertAdam(torch.optim.Optimizer)`,
+    through the file's own classes too): its instances are optimizers."""
+    seen, todo = set(), [cls]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if any(api.OPTIMIZER_RE.match(base) for base in current.bases):
+            return True
+        todo.extend(current.local_bases)
+    return False
+
+
 def step_kind(receiver: Value, text: str, has_args: bool) -> Optional[str]:
     """What `<text>.step(...)` steps: "engine" (DeepSpeed), "scaler" (`scaler.step(opt)`),
     "optimizer", or None (a scheduler's step, or an object we do not know)."""

@@ -85,8 +85,22 @@ def _data_parallel_wrapper(call: Call) -> Value:
 
 @qualified_matching(lambda qual: bool(api.TORCH_MODEL_WRAPPER_RE.match(qual)), order=40)
 def _model_wrapper(call: Call) -> Value:
-    """`torch.compile(model)`, `DataParallel(model)`: the same model behind a wrapper."""
+    """`torch.compile(model)`, `DataParallel(model)`: the same model behind a wrapper. A
+    compiled method (`torch.compile(self._optimizer.step)`) is still that method."""
+    if call.qual in _COMPILERS and _compiles_a_method(call.node):
+        return call.first
     return wrapped_model(call)
+
+
+_COMPILERS = frozenset({"torch.compile", "torch.jit.script"})
+# Attributes an `nn.Module` does not have: `torch.compile(x.step)` compiles a bound method
+# (an optimizer's step, a trainer's step function), never a module.
+_METHOD_ATTRIBUTES = frozenset({"step", "zero_grad", "backward"})
+
+
+def _compiles_a_method(node) -> bool:
+    arg = node.args[0] if node.args else None
+    return isinstance(arg, ast.Attribute) and arg.attr in _METHOD_ATTRIBUTES
 
 
 def wrapped_model(call: Call) -> Value:
