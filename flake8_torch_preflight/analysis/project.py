@@ -72,6 +72,10 @@ def is_project_name(qualname: Optional[str]) -> bool:
 # (directory, module) -> path or None
 _FILES: Dict[Tuple[str, str], Optional[str]] = {}
 _IN_PROGRESS: set = set()
+# importing file (absolute) -> {module: the file its lookup found, or None}: every lookup of
+# the process, so the cache across runs can record what a file's analysis read
+# (`dependencies`)
+_LOOKUPS: Dict[str, Dict[str, Optional[str]]] = {}
 
 
 def other_analysis(analysis: FileContext, module: str) -> Optional[FileContext]:
@@ -92,10 +96,16 @@ def module_file(filename: str, module: str) -> Optional[str]:
     is the project's. Only the project's folders are searched, never installed packages."""
     if not filename or filename.startswith("<") or not module.strip("."):
         return None
-    here = os.path.dirname(os.path.abspath(filename))
+    absolute = os.path.abspath(filename)
+    here = os.path.dirname(absolute)
     key = (here, module)
-    if key in _FILES:
-        return _FILES[key]
+    found = _FILES[key] if key in _FILES else _search(key)
+    _LOOKUPS.setdefault(absolute, {})[module] = found
+    return found
+
+
+def _search(key: Tuple[str, str]) -> Optional[str]:
+    here, module = key
     level = len(module) - len(module.lstrip("."))
     parts = module.lstrip(".").split(".")
     roots = _relative_root(here, level) if level else _absolute_roots(here)
@@ -110,6 +120,31 @@ def module_file(filename: str, module: str) -> Optional[str]:
             break
     _FILES[key] = found
     return found
+
+
+def dependencies(filename: str, max_depth: int) -> Tuple[List[Tuple[str, str, Optional[str]]],
+                                                         List[str]]:
+    """(every module lookup, every file found) that the analysis of `filename` may have
+    used: the lookups made from it and, breadth first, from each file they found, as far as
+    imports are followed (`max_depth` hops; a file at the last hop is read, what it finds is
+    not, but whether it finds it may count)."""
+    start = os.path.abspath(filename)
+    depth_of = {start: 0}
+    lookups: List[Tuple[str, str, Optional[str]]] = []
+    files: List[str] = []
+    todo = [start]
+    for importer in todo:        # grows while it is walked: breadth first
+        depth = depth_of[importer]
+        for module, found in sorted(_LOOKUPS.get(importer, {}).items()):
+            lookups.append((importer, module, found))
+            if found is None or depth >= max_depth:
+                continue
+            if found not in depth_of:
+                depth_of[found] = depth + 1
+                todo.append(found)
+            if found not in files:
+                files.append(found)
+    return lookups, files
 
 
 _MAX_ROOT_LEVELS = 3      # non-package folders walked up towards the project root
