@@ -6,11 +6,11 @@ the first folder above the linted file holding `.git`, `pyproject.toml`, `setup.
 `setup.py`, else the current directory), which ignores itself in git (a `.gitignore` holding
 `*`, as ruff, mypy and pytest write).
 
-**What an entry holds.** One entry per linted file and tool: the file's absolute path, the
-tool's fingerprint (version, Python version, and a digest of our own source files, so an
-edited checkout never reads results of the code before the edit), the options that change
-findings, the SHA-256 of the file's text, its findings (with their fix plans, as paths from
-the tree's root to the nodes they edit), and **what the analysis read besides the file**:
+**What an entry holds.** One entry per linted file and tool: the file's absolute path and
+the path as given, the tool's fingerprint (version, Python version, and a digest of our own
+source files, so an edited checkout never reads results of the code before the edit), the
+options that change findings, the SHA-256 of the file's text, its findings (with their fix
+plans, as paths from the tree's root to the nodes they edit), and **what the analysis read besides the file**:
 
 - every module lookup the analysis made, from whichever file made it (`project.module_file`:
   importing file, module, the file it found or None), so a file created where a lookup found
@@ -122,6 +122,7 @@ def _prepare(base: str, folder: str) -> bool:
         ignore = os.path.join(base, ".gitignore")
         if not os.path.exists(ignore):
             _write_atomically(ignore, b"# created by flake8-torch-preflight\n*\n")
+            os.chmod(ignore, 0o644)     # mkstemp's 0600 would hide it from the other users
         return os.access(folder, os.W_OK)
     except OSError:
         return False
@@ -347,19 +348,28 @@ class Dependencies:
         return self.lookups, states
 
 
+# (importing file, module) -> what the lookup finds in this process (the file system is
+# taken not to change during a run, as `project.module_file` takes it)
+_ANSWERS: Dict[Tuple[str, str], Optional[str]] = {}
+
+
 def _still_valid(recorded, lookup) -> bool:
     lookups, states = recorded
     for path, size, mtime_ns, digest in states:
         if not _unchanged(path, size, mtime_ns, digest):
             return False
     for importer, module, found in lookups:
-        if lookup(importer, module) != found:
+        key = (importer, module)
+        if key not in _ANSWERS:
+            _ANSWERS[key] = lookup(importer, module)
+        if _ANSWERS[key] != found:
             return False
     return True
 
 
-def _findings_key(filename: str, options: str) -> Tuple[str, str, str]:
-    return (tool_fingerprint(), os.path.abspath(filename), options)
+def _findings_key(filename: str, options: str) -> Tuple[str, str, str, str]:
+    """The file as named (a message may depend on the spelling) and as found."""
+    return (tool_fingerprint(), os.path.abspath(filename), filename, options)
 
 
 def cacheable(filename: str) -> bool:

@@ -70,7 +70,7 @@ def new_process():
     """Forget what this process learnt, as a new run would start."""
     workspace.clear()
     for table in (project._FILES, project._ROOTS, project._MARKED, project._LOOKUPS, seeding._SUMMARIES,
-                  cache._DIGESTS, cache._READY, cache._ROOT_OF, cache._PRUNED):
+                  cache._DIGESTS, cache._ANSWERS, cache._READY, cache._ROOT_OF, cache._PRUNED):
         table.clear()
     cache.set_enabled(True)
 
