@@ -132,7 +132,7 @@ def dependencies(filename: str, max_depth: int) -> Tuple[List[Tuple[str, str, Op
     start = os.path.abspath(filename)
     depth_of = {start: 0}
     lookups: List[Tuple[str, str, Optional[str]]] = []
-    files: List[str] = []
+    files: Dict[str, None] = {}      # in the order found
     todo = [start]
     for importer in todo:        # grows while it is walked: breadth first
         depth = depth_of[importer]
@@ -143,9 +143,8 @@ def dependencies(filename: str, max_depth: int) -> Tuple[List[Tuple[str, str, Op
             if found not in depth_of:
                 depth_of[found] = depth + 1
                 todo.append(found)
-            if found not in files:
-                files.append(found)
-    return lookups, files
+            files[found] = None
+    return lookups, list(files)
 
 
 _MAX_ROOT_LEVELS = 3      # non-package folders walked up when no root marker is above
