@@ -85,6 +85,16 @@ def test_no_marker_keeps_the_search_a_few_levels_deep(tmp_path):
                                 "from lib.classifier import Net")) == 1
 
 
+def test_without_a_marker_the_working_directory_is_the_root(tmp_path, monkeypatch):
+    write(tmp_path / "repo", {"lib/__init__.py": "", "lib/classifier.py": SOFTMAX_NET})
+    monkeypatch.chdir(tmp_path / "repo")
+    found = softmax_findings(tmp_path / "repo", "a/b/c/d/train.py", "from lib.classifier import Net")
+    assert len(found) == 1
+    monkeypatch.chdir(tmp_path / "repo" / "a")       # the root is below the package: not found
+    assert softmax_findings(tmp_path / "repo", "a/b/c/d/train2.py",
+                            "from lib.classifier import Net") == []
+
+
 def test_nothing_above_the_marked_root_is_searched(tmp_path):
     write(tmp_path, {"outside.py": SOFTMAX_NET})
     (tmp_path / "repo" / "sub").mkdir(parents=True)

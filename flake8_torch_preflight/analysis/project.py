@@ -99,6 +99,7 @@ def module_file(filename: str, module: str) -> Optional[str]:
         return None
     absolute = os.path.abspath(filename)
     here = os.path.dirname(absolute)
+    _follow_the_working_directory()
     key = (here, module)
     found = _FILES[key] if key in _FILES else _search(key)
     _LOOKUPS.setdefault(absolute, {})[module] = found
@@ -163,8 +164,9 @@ def _relative_root(here: str, level: int) -> List[str]:
 
 def _absolute_roots(here: str) -> List[str]:
     """The file's folder, the package folders above it, then each folder up to the project
-    root (the nearest folder with a root marker; without one, a few levels): a script run
-    from the repository root, or from a folder on the way, imports its modules."""
+    root (the nearest folder with a root marker; without one, the current directory when the
+    file lies under it, else a few levels): a script run from the repository root, or from
+    a folder on the way, imports its modules."""
     cached = _ROOTS.get(here)
     if cached is not None:
         return cached
@@ -178,7 +180,7 @@ def _absolute_roots(here: str) -> List[str]:
             break
         root = parent
         roots.append(root)
-    top = _marked_root(root)
+    top = _marked_root(root) or _working_root(root)
     for _ in range(_MAX_MARKER_LEVELS if top is not None else _MAX_ROOT_LEVELS):
         if root == top:
             break
@@ -189,6 +191,28 @@ def _absolute_roots(here: str) -> List[str]:
         roots.append(root)
     _ROOTS[here] = roots
     return roots
+
+
+_CWD: List[str] = []
+
+
+def _follow_the_working_directory() -> None:
+    """Folders found without a root marker depend on the current directory: forget them
+    when it changes (a few programs, benchmarks among them, lint several projects)."""
+    cwd = os.getcwd()
+    if _CWD != [cwd]:
+        _CWD[:] = [cwd]
+        _FILES.clear()
+        _ROOTS.clear()
+
+
+def _working_root(folder: str) -> Optional[str]:
+    """Without a root marker, the current directory is the root when `folder` lies under
+    it: flake8 and `tpf` run from the repository root."""
+    cwd = _CWD[0] if _CWD else os.getcwd()
+    if os.path.dirname(cwd) == cwd:      # run from `/`: no project root to speak of
+        return None
+    return cwd if folder == cwd or folder.startswith(cwd + os.sep) else None
 
 
 def _marked_root(folder: str) -> Optional[str]:
