@@ -348,9 +348,10 @@ class Dependencies:
         return self.lookups, states
 
 
-# (importing file, module) -> what the lookup finds in this process (the file system is
-# taken not to change during a run, as `project.module_file` takes it)
-_ANSWERS: Dict[Tuple[str, str], Optional[str]] = {}
+# (working directory, importing file, module) -> what the lookup finds in this process (the
+# file system is taken not to change during a run, as `project.module_file` takes it; without
+# a root marker the search depends on the working directory)
+_ANSWERS: Dict[Tuple[str, str, str], Optional[str]] = {}
 
 
 def _still_valid(recorded, lookup) -> bool:
@@ -358,8 +359,9 @@ def _still_valid(recorded, lookup) -> bool:
     for path, size, mtime_ns, digest in states:
         if not _unchanged(path, size, mtime_ns, digest):
             return False
+    cwd = os.getcwd()
     for importer, module, found in lookups:
-        key = (importer, module)
+        key = (cwd, importer, module)
         if key not in _ANSWERS:
             _ANSWERS[key] = lookup(importer, module)
         if _ANSWERS[key] != found:
