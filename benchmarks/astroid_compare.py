@@ -3,8 +3,9 @@
     python -m benchmarks.astroid_compare --dest /work/corpus [--repos nanoGPT,detr] [--limit N]
         [--cold-sample 8] [--cold-repeat 3] [--json /tmp/astroid-compare.json]
 
-Needs `pip install astroid` (not a dependency of the project); without it, it prints one line
-and exits 0. Not part of the test suite.
+Needs astroid (`pip install -e .[bench]`; not a dependency of the plugin); without it, it prints
+one line and exits 0. Not part of the test suite. Each file is analysed from its repository's
+root as the working directory, where flake8 runs.
 
 Training files: files that import torch and either call `.backward(` or call `.step(` inside a
 `for`/`while` loop (checked on the `ast` tree). For every call in them whose callee may be a
@@ -879,6 +880,19 @@ def stock_whole_corpus(dest: Path, repos: Optional[Sequence[str]]) -> Tuple[floa
     return total_ms, count, lines
 
 
+@contextlib.contextmanager
+def working_directory(folder: Path):
+    """Run from the repository root, as flake8 is (the corpus holds no `.git` or other root
+    marker, so the root our module search uses is the current directory, as astroid's is
+    the search path this script gives it)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def run_corpus(files, with_flake8: bool) -> List[FileResult]:
     """Three passes over the training files, so that no one's heap slows another's garbage
     collection: stock flake8, then our analysis, then astroid."""
@@ -891,7 +905,8 @@ def run_corpus(files, with_flake8: bool) -> List[FileResult]:
             state.result.stock_ms = stock_flake8_ms(guide, state.file.path)
         gc.collect()
     for state in states:
-        ours_pass(state)
+        with working_directory(state.file.root):
+            ours_pass(state)
     gc.collect()
     world = ClosedWorld()
     world.install()
@@ -906,7 +921,8 @@ def run_corpus(files, with_flake8: bool) -> List[FileResult]:
                 if root != last_root:
                     last_root = root
                     print(f"  {root.name} ...", file=sys.stderr, flush=True)
-            astroid_pass(world, state)
+            with working_directory(root):
+                astroid_pass(world, state)
     finally:
         world.uninstall()
     roots = {str(s.file.root) for s in states}

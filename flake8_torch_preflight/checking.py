@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .engine import has_skip_file_comment, lint_tree
+from .engine import has_skip_file_comment, lint_file, lint_tree
 from .findings import NOTE, Finding
 from .noqa import NoqaMap
 
@@ -40,6 +40,7 @@ class Settings:
     vram_gpu: Optional[str] = None
     vram: bool = True
     notes: bool = False
+    cache: bool = True         # the cache across runs (`cache.py`)
 
 
 class Decider:
@@ -270,7 +271,9 @@ def _select(tree: ast.Module, lines: List[str], path: str,
     """(reported, silenced by # noqa) findings of one parsed file, sorted."""
     findings: List[Finding] = []
     if not has_skip_file_comment(lines):
-        findings.extend(lint_tree(tree, path))
+        from .notebooks import is_notebook
+        cached = settings.cache and not is_notebook(path)   # a notebook's tree is its cells'
+        findings.extend(lint_file(tree, path, "".join(lines)) if cached else lint_tree(tree, path))
     if settings.vram:
         findings.extend(vram_findings(tree, lines, path, settings))
     findings.sort(key=lambda f: (f.line, f.col, f.code, f.message))

@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fail only on findings not recorded in FILE (recorded on first use)")
     check.add_argument("--update-baseline", action="store_true",
                        help="record today's findings in the --baseline file")
+    check.add_argument("--no-cache", action="store_true",
+                       help="do not read or write the cache across runs (.tpf_cache/ at the "
+                            "project root); config: tpf-cache = false; env: TPF_NO_CACHE=1")
     check.add_argument("--statistics", action="store_true",
                        help="after the report, findings and # noqa suppressions per rule")
 
@@ -137,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--jobs", "-j", default="auto", help="worker processes (N or auto)")
     stats.add_argument("--vram-gpu", help="target GPU for the memory codes (TPF100-TPF102)")
     stats.add_argument("--no-vram", action="store_true", help="do not run the memory plugin")
+    stats.add_argument("--no-cache", action="store_true",
+                       help="do not read or write the cache across runs")
 
     explain = sub.add_parser("explain", help="show a rule's documentation")
     explain.add_argument("code")
@@ -218,6 +223,7 @@ def _settings(args, config: Config) -> Tuple[Settings, Discovery]:
         vram_gpu=getattr(args, "vram_gpu", None) or config.vram_gpu,
         vram=not getattr(args, "no_vram", False),
         notes=bool(notes),
+        cache=config.cache and not getattr(args, "no_cache", False),
     )
     exclude = normalize_paths(args.exclude) if args.exclude is not None else list(config.exclude)
     exclude += config.extend_exclude

@@ -14,8 +14,8 @@ its command line, its legacy API and its worker processes all call, and it has t
 signature from flake8 6.0 (our minimum) to 7.x.
 
 Keys used by `tpf`: select, extend-select, ignore, extend-ignore, per-file-ignores, exclude,
-extend-exclude, filename, disable-noqa, vram-gpu, tpf-notes. Command-line options override
-the file.
+extend-exclude, filename, disable-noqa, vram-gpu, tpf-notes, tpf-cache / tpf-no-cache.
+Command-line options override the file.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ class Config:
     disable_noqa: bool = False
     vram_gpu: Optional[str] = None
     notes: bool = False
+    cache: bool = True         # `tpf-cache = false` or `tpf-no-cache = true` turn it off
 
 
 def load_config(explicit: Optional[str] = None, isolated: bool = False) -> Config:
@@ -64,6 +65,7 @@ def load_config(explicit: Optional[str] = None, isolated: bool = False) -> Confi
         disable_noqa=bool(options.disable_noqa),
         vram_gpu=_text_or_none(getattr(options, "vram_gpu", None)),
         notes=bool(getattr(options, "tpf_notes", False)),
+        cache=_cache_wanted(options),
     )
 
 
@@ -84,6 +86,11 @@ def _flake8_options(argv: List[str]) -> argparse.Namespace:
     except Exception as exc:    # a plugin flake8 cannot load: flake8 would stop too
         raise ConfigError(f"flake8 could not start: {_first_line(exc)}") from None
     return options
+
+
+def _cache_wanted(options: argparse.Namespace) -> bool:
+    from .plugin import cache_wanted
+    return cache_wanted(options)
 
 
 def _per_file_ignores(raw: object) -> List[Tuple[str, List[str]]]:

@@ -11,10 +11,11 @@ import gc
 import io
 import logging
 import tokenize
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from . import cache
 from .analysis import FileAnalysis
-from .findings import Finding
+from .findings import FixPlan, Finding
 from .noqa import TOKENIZE_ERRORS
 from .rules import ALL_RULES
 
@@ -66,6 +67,109 @@ def _lint(tree: ast.Module, filename: str, rules: Optional[Sequence[type]]) -> L
     finally:
         analysis.release()
     return sorted(set(findings), key=lambda f: (f.line, f.col, f.code, f.message))
+
+
+# Options that change what `lint_tree` finds (none yet: notes and selected codes are
+# filtered afterwards); part of the cache key.
+CACHE_OPTIONS = "all-rules"
+
+
+def lint_file(tree: ast.Module, filename: str, text: str) -> List[Finding]:
+    """`lint_tree(tree, filename)` through the cache across runs (`cache.py`): `text` is the
+    source `tree` was parsed from. A hit returns what the analysis would, fix plans
+    included; the plugin and `tpf check` use it, `tpf fix` does not."""
+    if not cache.cacheable(filename):
+        return lint_tree(tree, filename)
+    from .analysis import project
+    from .analysis.file_analysis import MAX_IMPORT_DEPTH
+
+    digest = cache.text_digest(text)
+    records = cache.load_findings(filename, digest, CACHE_OPTIONS, project.module_file)
+    found = _from_records(records, tree) if records is not None else None
+    if found is not None:
+        return found
+    findings = lint_tree(tree, filename)
+    records = _to_records(findings, tree)
+    if records is not None:
+        lookups, files = project.dependencies(filename, MAX_IMPORT_DEPTH)
+        cache.store_findings(filename, digest, CACHE_OPTIONS, records,
+                             cache.Dependencies(lookups, files))
+    return findings
+
+
+NodePath = Tuple[Tuple[str, int], ...]     # (field, index or -1) from the module down
+
+
+def _to_records(findings: List[Finding], tree: ast.Module) -> Optional[list]:
+    """Findings as builtin tuples; a plan's nodes as paths in `tree`. None when a plan's
+    node is not in `tree` (not cached: a hit could not give it back)."""
+    wanted = [f.plan for f in findings if f.plan is not None]
+    paths = _node_paths(tree, {id(n) for p in wanted for n in (p.node, p.replacement)
+                               if n is not None}) if wanted else {}
+    records = []
+    for f in findings:
+        plan = None
+        if f.plan is not None:
+            node = paths.get(id(f.plan.node))
+            replacement = paths.get(id(f.plan.replacement)) \
+                if f.plan.replacement is not None else None
+            if node is None or (f.plan.replacement is not None and replacement is None):
+                return None
+            plan = (f.plan.kind, node, replacement)
+        records.append((f.line, f.col, f.code, f.severity, f.what, f.evidence, f.fix, plan))
+    return records
+
+
+def _from_records(records: list, tree: ast.Module) -> Optional[List[Finding]]:
+    findings = []
+    for line, col, code, severity, what, evidence, fix, plan in records:
+        fix_plan = None
+        if plan is not None:
+            kind, node_path, replacement_path = plan
+            node = _node_at(tree, node_path)
+            replacement = _node_at(tree, replacement_path) if replacement_path else None
+            if node is None or (replacement_path and replacement is None):
+                return None
+            fix_plan = FixPlan(kind, node, replacement)
+        findings.append(Finding(line, col, code, severity, what, evidence, fix, plan=fix_plan))
+    return findings
+
+
+def _node_paths(tree: ast.AST, wanted: set) -> Dict[int, NodePath]:
+    """id(node) -> its path from `tree`, for the nodes in `wanted`."""
+    parents: Dict[int, Tuple[ast.AST, str, int]] = {}
+    nodes: Dict[int, ast.AST] = {id(tree): tree}
+    for parent in ast.walk(tree):
+        for name, value in ast.iter_fields(parent):
+            if isinstance(value, ast.AST):
+                parents[id(value)], nodes[id(value)] = (parent, name, -1), value
+            elif isinstance(value, list):
+                for index, item in enumerate(value):
+                    if isinstance(item, ast.AST):
+                        parents[id(item)], nodes[id(item)] = (parent, name, index), item
+    out: Dict[int, NodePath] = {}
+    for key in wanted:
+        if key not in nodes:
+            continue
+        steps = []
+        node = nodes[key]
+        while id(node) in parents:
+            node, name, index = parents[id(node)]
+            steps.append((name, index))
+        out[key] = tuple(reversed(steps))
+    return out
+
+
+def _node_at(tree: ast.AST, path: NodePath) -> Optional[ast.AST]:
+    node = tree
+    for name, index in path:
+        value = getattr(node, name, None)
+        if index >= 0:
+            value = value[index] if isinstance(value, list) and index < len(value) else None
+        if not isinstance(value, ast.AST):
+            return None
+        node = value
+    return node
 
 
 def lint_source(source: str, filename: str = "<stdin>",

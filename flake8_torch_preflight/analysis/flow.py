@@ -585,10 +585,11 @@ class FlowAnalyzer:
 
     def call_qualified(self, call: Call) -> Value:
         """A library function or class, or one imported from another project file."""
-        result = semantics.call_qualified(call)
+        found = project.library_named_project(self.a, call.qual)   # the project's `datasets/`
+        result = semantics.call_qualified(call) if found is None else None
         if result is not None:
             return result
-        found = project.resolve(self.a, call.qual)   # `from models import Net`, `engine.train()`
+        found = found or project.resolve(self.a, call.qual)   # `from models import Net`
         if found is None:
             return self.unseen()
         target = found[1]

@@ -11,6 +11,7 @@ like the file's own, through their own file's analysis.
 """
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from typing import Dict, List, Optional, Tuple
@@ -72,6 +73,10 @@ def is_project_name(qualname: Optional[str]) -> bool:
 # (directory, module) -> path or None
 _FILES: Dict[Tuple[str, str], Optional[str]] = {}
 _IN_PROGRESS: set = set()
+# importing file (absolute) -> {module: the file its lookup found, or None}: every lookup of
+# the process, so the cache across runs can record what a file's analysis read
+# (`dependencies`)
+_LOOKUPS: Dict[str, Dict[str, Optional[str]]] = {}
 
 
 def other_analysis(analysis: FileContext, module: str) -> Optional[FileContext]:
@@ -92,10 +97,17 @@ def module_file(filename: str, module: str) -> Optional[str]:
     is the project's. Only the project's folders are searched, never installed packages."""
     if not filename or filename.startswith("<") or not module.strip("."):
         return None
-    here = os.path.dirname(os.path.abspath(filename))
+    absolute = os.path.abspath(filename)
+    here = os.path.dirname(absolute)
+    _follow_the_working_directory()
     key = (here, module)
-    if key in _FILES:
-        return _FILES[key]
+    found = _FILES[key] if key in _FILES else _search(key)
+    _LOOKUPS.setdefault(absolute, {})[module] = found
+    return found
+
+
+def _search(key: Tuple[str, str]) -> Optional[str]:
+    here, module = key
     level = len(module) - len(module.lstrip("."))
     parts = module.lstrip(".").split(".")
     roots = _relative_root(here, level) if level else _absolute_roots(here)
@@ -112,9 +124,35 @@ def module_file(filename: str, module: str) -> Optional[str]:
     return found
 
 
-_MAX_ROOT_LEVELS = 3      # non-package folders walked up towards the project root
+def dependencies(filename: str, max_depth: int) -> Tuple[List[Tuple[str, str, Optional[str]]],
+                                                         List[str]]:
+    """(every module lookup, every file found) that the analysis of `filename` may have
+    used: the lookups made from it and, breadth first, from each file they found, as far as
+    imports are followed (`max_depth` hops; a file at the last hop is read, what it finds is
+    not, but whether it finds it may count)."""
+    start = os.path.abspath(filename)
+    depth_of = {start: 0}
+    lookups: List[Tuple[str, str, Optional[str]]] = []
+    files: Dict[str, None] = {}      # in the order found
+    todo = [start]
+    for importer in todo:        # grows while it is walked: breadth first
+        depth = depth_of[importer]
+        for module, found in sorted(_LOOKUPS.get(importer, {}).items()):
+            lookups.append((importer, module, found))
+            if found is None or depth >= max_depth:
+                continue
+            if found not in depth_of:
+                depth_of[found] = depth + 1
+                todo.append(found)
+            files[found] = None
+    return lookups, list(files)
+
+
+_MAX_ROOT_LEVELS = 3      # non-package folders walked up when no root marker is above
+_MAX_MARKER_LEVELS = 16   # folders walked up looking for a root marker
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _ROOTS: Dict[str, List[str]] = {}
+_MARKED: Dict[str, Optional[str]] = {}
 
 
 def _relative_root(here: str, level: int) -> List[str]:
@@ -125,7 +163,10 @@ def _relative_root(here: str, level: int) -> List[str]:
 
 
 def _absolute_roots(here: str) -> List[str]:
-    """The file's folder, the package folders above it, then up to the project root."""
+    """The file's folder, the package folders above it, then each folder up to the project
+    root (the nearest folder with a root marker; without one, the current directory when the
+    file lies under it, else a few levels): a script run from the repository root, or from
+    a folder on the way, imports its modules."""
     cached = _ROOTS.get(here)
     if cached is not None:
         return cached
@@ -139,8 +180,9 @@ def _absolute_roots(here: str) -> List[str]:
             break
         root = parent
         roots.append(root)
-    for _ in range(_MAX_ROOT_LEVELS):
-        if any(os.path.exists(os.path.join(root, marker)) for marker in _ROOT_MARKERS):
+    top = _marked_root(root) or _working_root(root)
+    for _ in range(_MAX_MARKER_LEVELS if top is not None else _MAX_ROOT_LEVELS):
+        if root == top:
             break
         parent = os.path.dirname(root)
         if parent == root:
@@ -151,24 +193,115 @@ def _absolute_roots(here: str) -> List[str]:
     return roots
 
 
-def star_imported(analysis: FileContext, name: str):
+_CWD: List[str] = []
+
+
+def _follow_the_working_directory() -> None:
+    """Folders found without a root marker depend on the current directory: forget them
+    when it changes (a few programs, benchmarks among them, lint several projects)."""
+    cwd = os.getcwd()
+    if _CWD != [cwd]:
+        _CWD[:] = [cwd]
+        _FILES.clear()
+        _ROOTS.clear()
+
+
+def _working_root(folder: str) -> Optional[str]:
+    """Without a root marker, the current directory is the root when `folder` lies under
+    it: flake8 and `tpf` run from the repository root."""
+    cwd = _CWD[0] if _CWD else os.getcwd()
+    if os.path.dirname(cwd) == cwd:      # run from `/`: no project root to speak of
+        return None
+    return cwd if folder == cwd or folder.startswith(cwd + os.sep) else None
+
+
+def _marked_root(folder: str) -> Optional[str]:
+    """The nearest folder at or above `folder` holding a root marker, or None."""
+    if folder in _MARKED:
+        return _MARKED[folder]
+    found, current = None, folder
+    for _ in range(_MAX_MARKER_LEVELS):
+        if any(os.path.exists(os.path.join(current, marker)) for marker in _ROOT_MARKERS):
+            found = current
+            break
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    _MARKED[folder] = found
+    return found
+
+
+def star_imported(analysis: FileContext, name: str, hops: int = 0):
     """(analysis, ClassInfo or FunctionInfo) for a name the file can only have from a
-    `from <project module> import *`, or None."""
+    `from <project module> import *`, or None. As Python does, the star brings in what the
+    module's literal `__all__` lists, else its public names, its own imports and what its
+    own star imports bring in included (`models/__init__.py`: `from .net import *`)."""
+    if hops > _MAX_HOPS:
+        return None
     for module in analysis.imports.star_modules:
         path = module_file(analysis.filename, module)
-        other = analysis.other_file(path) if path is not None else None
-        if other is None:
+        if path is None or path in _IN_PROGRESS:
             continue
-        found = other.index.classes.get(name) or other.index.function_named(name, None)
+        _IN_PROGRESS.add(path)
+        try:
+            other = analysis.other_file(path)
+            found = _exported(other, name, hops) if other is not None else None
+        finally:
+            _IN_PROGRESS.discard(path)
         if found is not None:
-            return other, found
+            return found
     return None
+
+
+def _exported(other: FileContext, name: str, hops: int):
+    """What `from <other> import *` binds to `name`, when it is a project class or
+    function."""
+    listed = _dunder_all(other)
+    if (name not in listed) if listed is not None else name.startswith("_"):
+        return None
+    return _module_attribute(other, name, hops)
+
+
+def _module_attribute(other: FileContext, name: str, hops: int):
+    """`other.name`: defined there, imported there, or brought in by its star imports."""
+    found = other.index.classes.get(name) or other.index.function_named(name, None)
+    if found is not None:
+        return other, found
+    # Re-exported: `from .net import Net` in `models/__init__.py`.
+    target = other.imports.resolve_name(name)
+    if target is not None:
+        return resolve(other, target, hops + 1)
+    return star_imported(other, name, hops + 1) if other.imports.star_modules else None
+
+
+def _dunder_all(analysis: FileContext) -> Optional[frozenset]:
+    """The names of a module-level `__all__ = [...]` of string literals, else None."""
+    memo = analysis.memo("project.__all__")
+    if "names" not in memo:
+        names = None
+        for stmt in analysis.tree.body:
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and \
+                    stmt.target.id == "__all__":
+                names = None       # `__all__ += [...]`: not a literal any more
+                break
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                    for t in stmt.targets):
+                value = stmt.value
+                elements = value.elts if isinstance(value, (ast.List, ast.Tuple)) else None
+                names = frozenset(e.value for e in elements if isinstance(e, ast.Constant)
+                                  and isinstance(e.value, str)) \
+                    if elements is not None and all(isinstance(e, ast.Constant) for e in elements) \
+                    else None
+        memo["names"] = names
+    return memo["names"]
 
 
 def resolve(analysis: FileContext, qualname: str, hops: int = 0):
     """(the defining file's analysis, its ClassInfo or module-level FunctionInfo) for a name
-    of another project file (`models.Net`, `.engine.train_one_epoch`), following re-exports;
-    None when it does not resolve to such a file (a library, a missing file)."""
+    of another project file (`models.Net`, `.engine.train_one_epoch`), following re-exports
+    (`from .net import Net`, absolute `from pkg.net import Net`, star imports); None when it
+    does not resolve to such a file (a library, a missing file)."""
     if hops > _MAX_HOPS or "." not in qualname or qualname.split(".", 1)[0] in _NEVER_PROJECT:
         return None
     module, name = qualname.rsplit(".", 1)
@@ -178,16 +311,23 @@ def resolve(analysis: FileContext, qualname: str, hops: int = 0):
     _IN_PROGRESS.add(path)
     try:
         other = analysis.other_file(path)
-        if other is None:
-            return None
-        found = other.index.classes.get(name) or other.index.function_named(name, None)
-        if found is not None:
-            return other, found
-        # Re-exported: `from .net import Net` in `models/__init__.py`.
-        target = other.imports.resolve_name(name)
-        return resolve(other, target, hops + 1) if target is not None else None
+        return _module_attribute(other, name, hops) if other is not None else None
     finally:
         _IN_PROGRESS.discard(path)
+
+
+def library_named_project(analysis: FileContext, qualname: Optional[str]):
+    """`resolve` for a name under a listed library's name that is a module of the project
+    itself (`datasets/` of a detection repository, the timm repository's own `timm/`), else
+    None: there Python imports the project's module, so its definition answers, not what
+    our tables say of the library."""
+    if not qualname or "." not in qualname:
+        return None
+    head = qualname.split(".", 1)[0]
+    if head not in LIBRARY_PACKAGES or head in _NEVER_PROJECT or \
+            module_file(analysis.filename, qualname.rsplit(".", 1)[0]) is None:
+        return None
+    return resolve(analysis, qualname)
 
 
 def resolve_class(analysis: FileContext, qualname: str):

@@ -1,0 +1,278 @@
+"""The cache across runs (`cache.py`): a hit is what a miss computes; what a file read, changed,
+invalidates it; concurrent writers and damaged entries are safe; it can be turned off."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from flake8_torch_preflight import cache, engine
+from flake8_torch_preflight.analysis import project, seeding, workspace
+
+MODEL = '''
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 3)
+
+    def forward(self, x):
+        return {out}
+'''
+
+TRAIN = '''
+import torch
+import torch.nn as nn
+from models import Net
+
+
+def main(loader):
+    model = Net()
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss)
+    return losses
+'''
+SOFTMAX, RAW = "F.softmax(self.fc(x), dim=1)", "self.fc(x)"
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    """A project root (`pyproject.toml`) with a model file and a training script that
+    imports it; the cache on, and this process's memory of earlier runs forgotten."""
+    monkeypatch.delenv(cache.ENV_DISABLE, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (tmp_path / "models.py").write_text(MODEL.format(out=SOFTMAX))
+    (tmp_path / "train.py").write_text(TRAIN)
+    new_process()
+    yield tmp_path
+    new_process()
+
+
+def new_process():
+    """Forget what this process learnt, as a new run would start."""
+    workspace.clear()
+    for table in (project._FILES, project._ROOTS, project._MARKED, project._LOOKUPS, seeding._SUMMARIES,
+                  cache._DIGESTS, cache._ANSWERS, cache._READY, cache._ROOT_OF, cache._PRUNED):
+        table.clear()
+    cache.set_enabled(True)
+
+
+def lint(path):
+    source = path.read_text()
+    return engine.lint_file(ast.parse(source), str(path), source)
+
+
+def described(findings):
+    return [(f.line, f.col, f.message, f.plan and (f.plan.kind, ast.dump(f.plan.node)))
+            for f in findings]
+
+
+def no_analysis(monkeypatch):
+    """Make any analysis fail loudly: what comes back can only be a hit."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("analysed: not a cache hit")
+    monkeypatch.setattr(engine, "lint_tree", refuse)
+
+
+def entries(root):
+    folder = root / cache.FOLDER_NAME / "findings"
+    return sorted(folder.glob("*.pickle")) if folder.is_dir() else []
+
+
+def test_a_hit_returns_what_the_analysis_found_fix_plans_included(proj, monkeypatch):
+    cold = lint(proj / "train.py")
+    codes = sorted(f.code for f in cold)
+    assert codes == ["TPF001", "TPF005"] and any(f.plan for f in cold)
+    assert (proj / cache.FOLDER_NAME / ".gitignore").read_text().splitlines()[-1] == "*"
+    new_process()
+    with monkeypatch.context() as patched:
+        no_analysis(patched)
+        warm = lint(proj / "train.py")
+    assert described(warm) == described(cold)
+    assert all(w.plan is None or w.plan.node is not c.plan.node for w, c in zip(warm, cold))
+
+
+def test_editing_an_imported_module_changes_the_importers_findings(proj, monkeypatch):
+    assert "TPF005" in {f.code for f in lint(proj / "train.py")}
+    new_process()
+    (proj / "models.py").write_text(MODEL.format(out=RAW))
+    assert "TPF005" not in {f.code for f in lint(proj / "train.py")}
+    new_process()
+    with monkeypatch.context() as patched:        # the new answer is kept in turn
+        no_analysis(patched)
+        assert "TPF005" not in {f.code for f in lint(proj / "train.py")}
+
+
+def test_a_module_that_appears_where_a_lookup_found_nothing_invalidates(proj):
+    (proj / "train.py").write_text(TRAIN.replace("from models import", "from nets import"))
+    assert "TPF005" not in {f.code for f in lint(proj / "train.py")}
+    new_process()
+    (proj / "nets.py").write_text(MODEL.format(out=SOFTMAX))
+    assert "TPF005" in {f.code for f in lint(proj / "train.py")}
+
+
+def test_a_touched_file_with_the_same_content_still_hits(proj, monkeypatch):
+    lint(proj / "train.py")
+    new_process()
+    os.utime(proj / "models.py", ns=(1, 1))
+    with monkeypatch.context() as patched:
+        no_analysis(patched)
+        assert lint(proj / "train.py")
+
+
+def test_damaged_and_foreign_entries_are_misses(proj):
+    expected = described(lint(proj / "train.py"))
+    (entry,) = [e for e in entries(proj) if e.stat().st_size > 100]
+    evil = pickle.dumps(type("Boom", (), {"__reduce__": lambda self: (os.system, ("false",))})())
+    for damaged in (entry.read_bytes()[: entry.stat().st_size // 2], b"", b"not a pickle",
+                    pickle.dumps({"format": cache.FORMAT, "key": None}), evil):
+        new_process()
+        entry.write_bytes(damaged)
+        assert described(lint(proj / "train.py")) == expected
+    with pytest.raises(pickle.UnpicklingError):
+        cache._SafeUnpickler(__import__("io").BytesIO(evil)).load()
+
+
+def test_turned_off_by_the_environment_and_the_switch(proj, monkeypatch):
+    monkeypatch.setenv(cache.ENV_DISABLE, "1")
+    lint(proj / "train.py")
+    assert not (proj / cache.FOLDER_NAME).exists()
+    monkeypatch.delenv(cache.ENV_DISABLE)
+    cache.set_enabled(False)
+    lint(proj / "train.py")
+    assert not (proj / cache.FOLDER_NAME).exists()
+
+
+def test_the_folder_is_at_the_project_root_else_the_cwd(tmp_path, monkeypatch):
+    (tmp_path / "repo" / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "repo" / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    new_process()
+    assert cache.project_root(str(tmp_path / "repo" / "src" / "pkg" / "m.py")) == \
+        str(tmp_path / "repo")
+    loose = tmp_path / "elsewhere"
+    loose.mkdir()
+    if cache.project_root(str(loose / "x.py")) != str(tmp_path):   # no marker above tmp
+        pytest.skip("a root marker above the temporary folder")
+
+
+def _lint_in_worker(path):
+    new_process()
+    return described(lint(__import__("pathlib").Path(path)))
+
+
+def test_concurrent_writers_leave_valid_entries(proj):
+    for index in range(6):
+        (proj / f"train{index}.py").write_text(TRAIN)
+    paths = [str(proj / f"train{index % 6}.py") for index in range(24)]
+    with ProcessPoolExecutor(4) as pool:
+        results = list(pool.map(_lint_in_worker, paths))
+    assert all(r == results[0] for r in results)
+    assert len(entries(proj)) == 6
+    assert not [p for p in (proj / cache.FOLDER_NAME / "findings").iterdir()
+                if p.name.startswith(cache.TEMP_PREFIX)]
+
+
+def test_pruning_keeps_the_newest_entries(tmp_path):
+    for index in range(10):
+        path = tmp_path / f"{index:02d}.pickle"
+        path.write_bytes(b"x" * 10)
+        os.utime(path, (1_000_000 + index, 1_000_000 + index))
+    (tmp_path / (cache.TEMP_PREFIX + "left")).write_bytes(b"")
+    os.utime(tmp_path / (cache.TEMP_PREFIX + "left"), (1, 1))
+    removed = cache.prune(str(tmp_path), max_entries=4, max_age_s=1e12)
+    assert removed == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["06.pickle", "07.pickle",
+                                                          "08.pickle", "09.pickle"]
+    assert cache.prune(str(tmp_path), max_bytes=25, max_age_s=1e12) == 2
+    assert cache.prune(str(tmp_path), max_age_s=1) == 2
+
+
+def test_objects_are_kept_per_file_content(proj):
+    path = str(proj / "models.py")
+    cache.store_object("summary", path, {"Net": (1, "softmax")})
+    new_process()
+    assert cache.load_object("summary", path) == {"Net": (1, "softmax")}
+    assert cache.load_object("other", path) is None
+    (proj / "models.py").write_text(MODEL.format(out=RAW))
+    new_process()
+    assert cache.load_object("summary", path) is None
+    cache.store_object("summary", path, "stale", digest="0" * 64)    # not its bytes any more
+    assert cache.load_object("summary", path) is None
+
+
+# ---------------------------------------------------------------------------- whole runs
+
+def _run(args, cwd, env_off=False):
+    env = dict(os.environ)
+    env.pop(cache.ENV_DISABLE, None)
+    if env_off:
+        env[cache.ENV_DISABLE] = "1"
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_tpf_check_twice_and_without_the_cache_agree(proj):
+    (proj / "setup.cfg").write_text("[flake8]\n")
+    check = ["flake8_torch_preflight", "check", "--format", "json", "--no-vram", "-j", "1", "."]
+    cold = _run(check, proj)
+    assert entries(proj)
+    warm = _run(check, proj)
+    off = _run(check + ["--no-cache"], proj)
+    assert cold.stdout == warm.stdout == off.stdout
+    findings = json.loads(cold.stdout)
+    assert {f["code"] for f in findings["findings"]} == {"TPF001", "TPF005"}
+    (proj / "models.py").write_text(MODEL.format(out=RAW))
+    edited = json.loads(_run(check, proj).stdout)
+    assert {f["code"] for f in edited["findings"]} == {"TPF001"}
+
+
+@pytest.mark.parametrize("switch", [["--tpf-no-cache"], ["--config", "off.cfg"]])
+def test_flake8_cache_switches(proj, switch):
+    (proj / "off.cfg").write_text("[flake8]\ntpf-cache = false\n")
+    out = _run(["flake8", "--select", "TPF", *switch, "train.py"], proj)
+    assert "TPF005" in out.stdout
+    assert not (proj / cache.FOLDER_NAME).exists()
+
+
+def test_flake8_jobs_share_one_cache(proj):
+    for index in range(8):
+        (proj / f"train{index}.py").write_text(TRAIN)
+    args = ["flake8", "--isolated", "--select", "TPF", "-j", "4", "."]
+    off = _run(args, proj, env_off=True)
+    cold, warm = _run(args, proj), _run(args, proj)
+    assert sorted(cold.stdout.splitlines()) == sorted(warm.stdout.splitlines()) == \
+        sorted(off.stdout.splitlines())
+    assert len(off.stdout.splitlines()) == 18
+    assert len(entries(proj)) == 10
+
+
+def test_tpf_fix_never_reads_the_cache(proj, monkeypatch):
+    lint(proj / "train.py")
+    for entry in entries(proj):          # a poisoned cache: every finding moved a line down
+        data = pickle.loads(entry.read_bytes())
+        data["findings"] = [(line + 1,) + tuple(rest) for line, *rest in data["findings"]]
+        entry.write_bytes(pickle.dumps(data))
+    before = (proj / "train.py").read_text()
+    out = _run(["flake8_torch_preflight", "fix", "--select", "TPF001", "train.py"], proj)
+    assert out.returncode == 0, out.stderr
+    after = (proj / "train.py").read_text()
+    assert after != before and "losses.append(loss.detach())" in textwrap.dedent(after)
