@@ -119,6 +119,7 @@ def _inside(facts: FunctionFacts, inner: ast.AST, outer: ast.AST) -> bool:
 
 
 # ---------------------------------------------------------------------------- generators
+@per_file("generator_epochs", guard=())
 def generator_epochs(analysis, facts: FunctionFacts) -> List[Tuple[FunctionFacts, ast.AST, Value,
                                                                    List[ast.AST]]]:
     """(the generator's facts, its epoch loop, the loader, the training loops of `facts` that
@@ -128,22 +129,23 @@ def generator_epochs(analysis, facts: FunctionFacts) -> List[Tuple[FunctionFacts
     loader inside a loop of its own (`while True: for batch in loader: yield batch`): each
     iteration of that outer loop is one epoch of the loader."""
     out = []
-    training = analysis.training_loops(facts)
+    starts = [call for call in facts.local_calls if _consumer_names(call)]
+    training = analysis.training_loops(facts) if starts else []
     if not training:
         return out
-    for call in facts.local_calls:
+    for call in starts:
         gen = call.callee
-        if gen.home is not analysis or not _yields(gen.node):
+        consumed = _consumer_names(call)     # cheapest test first: `data = gen(...)`
+        if not consumed or gen.home is not analysis or not _yields(analysis, gen):
             continue
-        consumed = _consumer_names(call)
-        pulling = [loop for loop in training if consumed and _pulls_from(facts, loop, consumed)]
+        pulling = [loop for loop in training if _pulls_from(facts, loop, consumed)]
         if not pulling:
             continue
         gen_facts = analysis.facts_for(gen)
         for inner in gen_facts.loops:
             outer = gen_facts.loop_parents.get(inner)
             param = _iterated_parameter(gen, inner)
-            if outer is None or param is None or not _yields(inner):
+            if outer is None or param is None or not _yields_in(inner):
                 continue
             expr = argument_for(gen, call.node, param)
             value = facts.value(expr) if expr is not None else None
@@ -152,7 +154,12 @@ def generator_epochs(analysis, facts: FunctionFacts) -> List[Tuple[FunctionFacts
     return out
 
 
-def _yields(node: ast.AST) -> bool:
+@per_file("yields", guard=False)
+def _yields(analysis, func) -> bool:
+    return _yields_in(func.node)
+
+
+def _yields_in(node: ast.AST) -> bool:
     """A `yield` in `node`'s own code (not in functions nested in it)."""
     todo = list(ast.iter_child_nodes(node))
     while todo:
