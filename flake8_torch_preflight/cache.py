@@ -16,7 +16,7 @@ plans, as paths from the tree's root to the nodes they edit), and **what the ana
   importing file, module, the file it found or None), so a file created where a lookup found
   nothing, or removed where it found one, invalidates the entry;
 - the size, modification time (ns) and SHA-256 of every project file those lookups found,
-  as far as the analysis follows imports (`file_analysis.MAX_IMPORT_DEPTH`): a changed
+  as far as imports resolve (the module summaries follow every project import): a changed
   module invalidates the entries of every file that imports it, directly or through others.
 
 **A hit** is an entry whose key matches, whose text digest equals the file's, whose lookups

@@ -81,7 +81,6 @@ def lint_file(tree: ast.Module, filename: str, text: str) -> List[Finding]:
     if not cache.cacheable(filename):
         return lint_tree(tree, filename)
     from .analysis import project
-    from .analysis.file_analysis import MAX_IMPORT_DEPTH
 
     digest = cache.text_digest(text)
     records = cache.load_findings(filename, digest, CACHE_OPTIONS, project.module_file)
@@ -91,7 +90,7 @@ def lint_file(tree: ast.Module, filename: str, text: str) -> List[Finding]:
     findings = lint_tree(tree, filename)
     records = _to_records(findings, tree)
     if records is not None:
-        lookups, files = project.dependencies(filename, MAX_IMPORT_DEPTH)
+        lookups, files = project.dependencies(filename)
         cache.store_findings(filename, digest, CACHE_OPTIONS, records,
                              cache.Dependencies(lookups, files))
     return findings

@@ -156,9 +156,10 @@ def test_two_different_classes_joined_are_no_class():
     assert join(Value(cls=a), Value(cls=a)).cls is a
 
 
-def test_imports_are_followed_three_files_deep_and_no_further(tmp_path):
-    """The cost of one linted file is bounded: its imports, theirs and theirs again are read,
-    a fourth hop is not (what it defines is unknown, so rules stay quiet about it)."""
+def test_one_analysis_per_module_whoever_imports_it(tmp_path):
+    """A module's analysis does not depend on its importer: it is the same object whether it
+    is reached from the linted file or four imports away, and every hop resolves (issue 19:
+    analyses keyed by import depth were re-made for each importer)."""
     from flake8_torch_preflight.analysis import workspace
 
     names = ["train", "engine", "models", "layers", "kernels"]
@@ -167,11 +168,13 @@ def test_imports_are_followed_three_files_deep_and_no_further(tmp_path):
     (tmp_path / "kernels.py").write_text("X = 1\n")
     workspace.clear()
     analysis = FileAnalysis(ast.parse("import engine\n"), str(tmp_path / "train.py"))
-    seen = []
+    chain = []
     for there in names[1:]:
         analysis = analysis.other_file(str(tmp_path / f"{there}.py")) if analysis else None
-        seen.append(analysis is not None)
-    assert seen == [True, True, True, False]
+        chain.append(analysis)
+    assert all(a is not None for a in chain)
+    direct = FileAnalysis(ast.parse("import kernels\n"), str(tmp_path / "train.py"))
+    assert direct.other_file(str(tmp_path / "kernels.py")) is chain[-1]
 
 
 TRAIN_IMPORTING = """import torch
@@ -212,6 +215,7 @@ def test_import_time_seeding_does_not_depend_on_lint_order(tmp_path):
     def lint_in(order):
         workspace.clear()
         seeding._SUMMARIES.clear()
+        seeding._MODULES.clear()
         out = {}
         for name in order:
             out[name] = [f.message for f in lint_source(entries[name], str(tmp_path / name))]

@@ -73,8 +73,11 @@ class Gate:
     kind: str
     test: Optional[ast.expr]   # the `if` test; None for a micro-batch loop
     line: int
+    caller: Optional[str] = None   # the step is a caller's, after the call at this line
 
     def describe(self) -> str:
+        if self.kind == MICRO_LOOP and self.caller is not None:
+            return f"after the micro-batch loop at line {self.line}, in {self.caller}"
         if self.kind == MICRO_LOOP:
             return f"after the micro-batch loop at line {self.line}"
         return f"only when `{short(self.test, 50)}` (line {self.line})"
@@ -104,6 +107,12 @@ class Window:
     owner: Optional[str]              # who scales the loss for the user, if anyone (or may)
     loop_count: Optional[str] = None  # a micro-batch loop's count as written, if known
     gated_by: Optional[str] = None    # the framework that gates resets and steps for the user
+    step_facts: Optional[FunctionFacts] = None   # the caller whose steps end it, if not `facts`
+
+    @property
+    def stepping_facts(self) -> FunctionFacts:
+        """The function the steps are in: `facts`, or the caller that steps after calling it."""
+        return self.step_facts if self.step_facts is not None else self.facts
 
     @property
     def count(self) -> Optional[str]:
@@ -208,12 +217,40 @@ def _micro_loop_window(analysis, facts: FunctionFacts, loop: ast.AST) -> Optiona
     outer = backwards[0].site.loops[:-1]
     end = getattr(loop, "end_lineno", loop.lineno)
     steps = [s for s in _all_step_sites(analysis, facts) if s.loops == outer and s.line > end]
+    step_facts = None
+    if not steps and not outer:
+        steps, step_facts = _caller_steps(analysis, facts)
     if not steps:
         return None
-    gate = Gate(MICRO_LOOP, None, loop.lineno)
+    caller = None
+    if step_facts is not None:
+        name = f"`{step_facts.func.name}()`" if step_facts.func is not None else "the module body"
+        caller = f"{name} once it has called `{facts.func.name}()` (line {steps[0].line})"
+    gate = Gate(MICRO_LOOP, None, loop.lineno, caller)
     return Window(facts, loop, tuple(steps), gate, tuple(backwards),
                   _owner(analysis, facts, loop, backwards), count or None,
-                  _gated_by(analysis, facts, loop, backwards))
+                  _gated_by(analysis, facts, loop, backwards), step_facts)
+
+
+def _caller_steps(analysis, facts: FunctionFacts) -> Tuple[List[Site], Optional[FunctionFacts]]:
+    """The steps a caller in this file runs right after calling `facts.func`, at the call's
+    own loop level and under the same tests (`self.forward_backward(batch)` then
+    `self.helper.optimize(self.opt)`): the micro-batch loop of a function that steps
+    nowhere itself is then accumulated by that step. A step under a test of its own is the
+    caller's gated window, judged there."""
+    func = facts.func
+    if func is None or analysis.function_does(func, Does.STEP):
+        return [], None
+    for caller_facts, call in analysis.callers(func):
+        if analysis.framework_owned(caller_facts.func):
+            continue
+        tests = [c.test for c in call.site.conds]
+        steps = [s for s in _all_step_sites(analysis, caller_facts)
+                 if s.loops == call.site.loops and s.line > call.site.line
+                 and [c.test for c in s.conds] == tests]
+        if steps:
+            return steps, caller_facts
+    return [], None
 
 
 def _micro_batch_count(analysis, facts, loop) -> Optional[str]:
@@ -438,7 +475,7 @@ def every_step_resets(analysis, window: Window) -> List[Site]:
         others = {_identity(analysis, facts, s)
                   for s in analysis.loop_sites(facts, window.loop, Does.STEP)}
         if len(others) > 1:
-            stepped = {_identity(analysis, facts, s) for s in window.steps}
+            stepped = {_identity(analysis, window.stepping_facts, s) for s in window.steps}
             found = [site for site in found if _identity(analysis, facts, site) in stepped]
     return found
 

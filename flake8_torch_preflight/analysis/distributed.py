@@ -16,7 +16,7 @@ from . import torchapi as api
 from . import values as V
 from .astutil import dotted, is_const, keyword, target_texts
 from .constants import unreachable
-from .epochs import argument_for, epoch_loops, iterated_loaders, loaders_per_epoch
+from .epochs import argument_for, epoch_loops, generator_epochs, iterated_loaders, loaders_per_epoch
 from .memo import per_file
 from .events import CallSite, FunctionFacts
 from .index import VAL_LOADER_RE
@@ -520,6 +520,11 @@ def epoch_feeds(analysis, sampler_node: ast.AST) -> List[EpochFeed]:
                 if sampler is not None and sampler.has(V.DIST_SAMPLER) and sampler.node is sampler_node:
                     out.append(EpochFeed(facts, loop, value))
                     break
+        for gen_facts, loop, value, pulling in generator_epochs(analysis, facts):
+            sampler = value.field("sampler")   # `while True: for b in loader: yield b`
+            if sampler is not None and sampler.has(V.DIST_SAMPLER) and sampler.node is sampler_node \
+                    and not any(sets_epoch(analysis, facts, pull, sampler_node) for pull in pulling):
+                out.append(EpochFeed(gen_facts, loop, value))
     return out
 
 

@@ -116,3 +116,81 @@ def _inside(facts: FunctionFacts, inner: ast.AST, outer: ast.AST) -> bool:
             return True
         parent = facts.loop_parents.get(parent)
     return False
+
+
+# ---------------------------------------------------------------------------- generators
+@per_file("generator_epochs", guard=())
+def generator_epochs(analysis, facts: FunctionFacts) -> List[Tuple[FunctionFacts, ast.AST, Value,
+                                                                   List[ast.AST]]]:
+    """(the generator's facts, its epoch loop, the loader, the training loops of `facts` that
+    pull from it) for each generator of this file
+    that `facts` starts on a loader and a training loop of `facts` pulls batches from
+    (`data = forever(loader)` … `x, y = next(data)`), where the generator re-iterates the
+    loader inside a loop of its own (`while True: for batch in loader: yield batch`): each
+    iteration of that outer loop is one epoch of the loader."""
+    out = []
+    starts = [call for call in facts.local_calls if _consumer_names(call)]
+    training = analysis.training_loops(facts) if starts else []
+    if not training:
+        return out
+    for call in starts:
+        gen = call.callee
+        consumed = _consumer_names(call)     # cheapest test first: `data = gen(...)`
+        if not consumed or gen.home is not analysis or not _yields(analysis, gen):
+            continue
+        pulling = [loop for loop in training if _pulls_from(facts, loop, consumed)]
+        if not pulling:
+            continue
+        gen_facts = analysis.facts_for(gen)
+        for inner in gen_facts.loops:
+            outer = gen_facts.loop_parents.get(inner)
+            param = _iterated_parameter(gen, inner)
+            if outer is None or param is None or not _yields_in(inner):
+                continue
+            expr = argument_for(gen, call.node, param)
+            value = facts.value(expr) if expr is not None else None
+            if value is not None and value.has(V.LOADER):
+                out.append((gen_facts, outer, value, pulling))
+    return out
+
+
+@per_file("yields", guard=False)
+def _yields(analysis, func) -> bool:
+    return _yields_in(func.node)
+
+
+def _yields_in(node: ast.AST) -> bool:
+    """A `yield` in `node`'s own code (not in functions nested in it)."""
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        child = todo.pop()
+        if isinstance(child, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(child))
+    return False
+
+
+def _iterated_parameter(func, loop: ast.AST) -> Optional[int]:
+    expr = iterated_expr(loop)
+    if isinstance(expr, ast.Name) and expr.id in func.params:
+        return func.params.index(expr.id)
+    return None
+
+
+def _consumer_names(call) -> frozenset:
+    """The names the generator a call starts is bound to (`data = forever(loader)`)."""
+    stmt = call.site.stmt
+    if isinstance(stmt, ast.Assign) and stmt.value is call.node:
+        return frozenset(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    return frozenset()
+
+
+def _pulls_from(facts: FunctionFacts, loop: ast.AST, names: frozenset) -> bool:
+    """`loop` takes batches from one of `names` with `next(name)` or iterates it."""
+    expr = iterated_expr(loop)
+    if isinstance(expr, ast.Name) and expr.id in names:
+        return True
+    return any(isinstance(c.node.func, ast.Name) and c.node.func.id == "next" and c.node.args
+               and isinstance(c.node.args[0], ast.Name) and c.node.args[0].id in names
+               and loop in c.site.loops for c in facts.calls)

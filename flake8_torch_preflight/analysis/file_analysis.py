@@ -25,10 +25,6 @@ from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
 from .questions import Does
 from .values import Value, join
 
-# How far imports are followed: the linted file's own imports and theirs. A file further
-# away is not read, and what it defines is unknown (rules stay quiet about it).
-MAX_IMPORT_DEPTH = 3
-
 FRAMEWORK_IMPORTS = {
     "lightning": ("lightning", "pytorch_lightning", "lightning.pytorch"),
     "fabric": ("lightning.fabric", "lightning_fabric", "lightning.Fabric"),
@@ -39,10 +35,9 @@ FRAMEWORK_IMPORTS = {
 
 
 class FileAnalysis:
-    def __init__(self, tree: ast.Module, filename: str = "<stdin>", depth: int = 0) -> None:
+    def __init__(self, tree: ast.Module, filename: str = "<stdin>") -> None:
         self.tree = tree
         self.filename = filename
-        self.depth = depth   # import hops from the linted file (0: the linted file itself)
         self.imports = ImportTable(tree)
         self.index = FileIndex(tree, self.imports)
         for func in self.index.functions:
@@ -72,16 +67,12 @@ class FileAnalysis:
         return self.imports.imports_any(*FRAMEWORK_IMPORTS[name])
 
     def other_file(self, path: str) -> Optional["FileAnalysis"]:
-        """The analysis of another file of the project (cached per process; kept for as long
-        as this analysis, so the functions and classes it hands out stay its own)."""
+        """The analysis of another file of the project: one per module and process, the same
+        whoever imports it (`workspace.py`), kept for as long as this analysis so the functions
+        and classes it hands out stay its own."""
         other = self._others.get(path)
         if other is None and path not in self._others:
-            other = None
-            if self.depth < MAX_IMPORT_DEPTH:
-                depth = self.depth + 1
-                other = workspace.analysis_of(
-                    path, lambda tree, name: FileAnalysis(tree, name, depth), depth)
-            self._others[path] = other
+            other = self._others[path] = workspace.analysis_of(path, FileAnalysis)
         return other
 
     def where(self, func: FunctionInfo, line: int) -> str:

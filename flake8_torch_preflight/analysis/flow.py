@@ -14,6 +14,7 @@ functions and classes of the analysed project.
 from __future__ import annotations
 
 import ast
+import weakref
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from . import project, semantics
@@ -667,12 +668,25 @@ class FlowAnalyzer:
     def call_function(self, node, func, args, kwargs, receiver: Optional[Value], track=True) -> Value:
         if self.recording and track:
             self.facts.local_calls.append(LocalCall(self.site(node), func, node))
+        bound = _bind_arguments(func, args, kwargs, receiver)
+        if self.recording and track:
+            self.record_passed_functions(node, func, bound)
         ret = self.a.facts_for(func).returns
         if func.home is not None and func.home is not self.a and ret is not UNKNOWN:
             ret = ret.seen_from(node)   # a function of another project file
         if ret is UNKNOWN or not ret.params:
             return ret.without_params()
-        return ret.through_call(_bind_arguments(func, args, kwargs, receiver))
+        return ret.through_call(bound)
+
+    def record_passed_functions(self, node, func, bound: Dict[int, Value]) -> None:
+        """A function of the project passed to a project function that calls that parameter
+        (`timer(step_fn)()`, `run_epoch(loader, step_fn)`, a wrapper it returns included)
+        runs here: recorded as called at this site, so a closure run through a timing
+        wrapper is part of the loop that runs the wrapper."""
+        for index, value in bound.items():
+            if isinstance(value.node, FunctionRef) and index < len(func.params) \
+                    and calls_parameter(func, func.params[index]):
+                self.facts.local_calls.append(LocalCall(self.site(node), value.node.func, node))
 
     def forward(self, node, module: Value, args, kwargs, result: Optional[Value] = None) -> Value:
         """`module(x)`: its forward's summary when the class is in the file (plus the
@@ -764,6 +778,29 @@ def _bind_arguments(func, args, kwargs, receiver) -> Dict[int, Value]:
         if name in func.params:
             bound[func.params.index(name)] = value
     return bound
+
+
+_CALLED_PARAMETERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def calls_parameter(func, name: str) -> bool:
+    """`func`'s body, or a function nested in it that does not rebind `name`, calls the
+    parameter `name` (`fn(*args)`): read from the text once per function."""
+    called = _CALLED_PARAMETERS.get(func)
+    if called is None:
+        called = _CALLED_PARAMETERS[func] = frozenset(_called_names(func.node))
+    return name in called
+
+
+def _called_names(node: ast.AST) -> set:
+    """Names called in `node`'s body and in nested functions that do not bind them."""
+    out, rebound = set(), set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
+            out.add(child.func.id)
+        elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+            rebound.add(child.id)
+    return out - rebound
 
 
 def _stored_expr(stmt: ast.AST) -> ast.AST:

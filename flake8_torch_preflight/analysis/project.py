@@ -124,25 +124,23 @@ def _search(key: Tuple[str, str]) -> Optional[str]:
     return found
 
 
-def dependencies(filename: str, max_depth: int) -> Tuple[List[Tuple[str, str, Optional[str]]],
-                                                         List[str]]:
+def dependencies(filename: str) -> Tuple[List[Tuple[str, str, Optional[str]]],
+                                         List[str]]:
     """(every module lookup, every file found) that the analysis of `filename` may have
     used: the lookups made from it and, breadth first, from each file they found, as far as
-    imports are followed (`max_depth` hops; a file at the last hop is read, what it finds is
-    not, but whether it finds it may count)."""
+    imports resolve (the module summaries follow every import of the project)."""
     start = os.path.abspath(filename)
-    depth_of = {start: 0}
+    seen = {start}
     lookups: List[Tuple[str, str, Optional[str]]] = []
     files: Dict[str, None] = {}      # in the order found
     todo = [start]
     for importer in todo:        # grows while it is walked: breadth first
-        depth = depth_of[importer]
         for module, found in sorted(_LOOKUPS.get(importer, {}).items()):
             lookups.append((importer, module, found))
-            if found is None or depth >= max_depth:
+            if found is None:
                 continue
-            if found not in depth_of:
-                depth_of[found] = depth + 1
+            if found not in seen:
+                seen.add(found)
                 todo.append(found)
             files[found] = None
     return lookups, list(files)

@@ -278,39 +278,80 @@ def file_seeds(analysis) -> Dict[str, Tuple[int, str, str]]:
     return seeds
 
 
-# (path, import depth) -> (mtime, what importing the module seeds). Summaries hold only lines
-# and texts, so keeping many costs the collector nothing, and every linted file that imports
-# the module reuses it instead of parsing and walking the module (and its imports) again.
-_SUMMARIES: "OrderedDict[Tuple[str, int], Tuple[float, Dict[str, Tuple[int, str]]]]" = OrderedDict()
+# Import-time seeding is kept per module for the run as plain data (lines and texts), so
+# every linted file that imports a module reuses it instead of walking the module again:
+# path -> (mtime, what its own module-level statements seed, (import line, imported path)...)
+_MODULES: Dict[str, Tuple[float, Dict[str, Tuple[int, str]], Tuple[Tuple[int, str], ...]]] = {}
+# path -> (mtime, what importing the module seeds, its imports followed)
+_SUMMARIES: "OrderedDict[str, Tuple[float, Dict[str, Tuple[int, str]]]]" = OrderedDict()
 _MAX_SUMMARIES = 4096
-_IN_PROGRESS: set = set()   # paths whose import-time seeding is being computed
-_CYCLE = [False]            # the computation met an import cycle: its answer is partial
 
 
 def _import_time_summary(analysis, path: str) -> Dict[str, Tuple[int, str]]:
-    """`import_time_seeds` of the project file at `path` as `analysis` imports it, from the
-    process-wide summaries when the file has not changed. An answer cut short by an import
-    cycle depends on where the cycle was entered, so it is not kept."""
-    key = (path, analysis.depth + 1)
+    """generator -> (line, text) of what importing the project file at `path` seeds: its own
+    module-level calls, then what the modules it imports seed, depth first in import order,
+    each module once (an import cycle closes on a module already read). The answer depends
+    on `path` alone, never on the importer or on what was linted before, so it is kept."""
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         return {}
-    kept = _SUMMARIES.get(key)
+    kept = _SUMMARIES.get(path)
     if kept is not None and kept[0] == mtime:
-        _SUMMARIES.move_to_end(key)
+        _SUMMARIES.move_to_end(path)
         return kept[1]
-    other = analysis.other_file(path)
-    if other is None or other is analysis:
-        return {}
-    cycle, _CYCLE[0] = _CYCLE[0], False
-    seeds = import_time_seeds(other)
-    if not _CYCLE[0]:
-        _SUMMARIES[key] = (mtime, seeds)
-        while len(_SUMMARIES) > _MAX_SUMMARIES:
-            _SUMMARIES.popitem(last=False)
-    _CYCLE[0] = cycle or _CYCLE[0]
+    seeds: Dict[str, Tuple[int, str]] = {}
+    own, imports = _module_seeds(analysis, path)
+    seeds.update(own)
+    seen = {path}
+    for line, child in imports:
+        for gen, text in _closure_seeds(analysis, child, seen):
+            seeds.setdefault(gen, (line, text))
+    _SUMMARIES[path] = (mtime, seeds)
+    while len(_SUMMARIES) > _MAX_SUMMARIES:
+        _SUMMARIES.popitem(last=False)
     return seeds
+
+
+def _closure_seeds(analysis, path: str, seen: set):
+    """(generator, text) seeded by importing `path`, depth first over the imports, skipping
+    the modules in `seen` (which it extends)."""
+    if path in seen:
+        return
+    seen.add(path)
+    stack = [iter([(0, path)])]
+    while stack:
+        step = next(stack[-1], None)
+        if step is None:
+            stack.pop()
+            continue
+        module = step[1]
+        if module is not path and module in seen:
+            continue
+        seen.add(module)
+        own, imports = _module_seeds(analysis, module)
+        for gen, (_, text) in own.items():
+            yield gen, text
+        stack.append(iter(imports))
+
+
+def _module_seeds(analysis, path: str):
+    """(what the module's own statements seed, its project imports), once per module."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return {}, ()
+    kept = _MODULES.get(path)
+    if kept is not None and kept[0] == mtime:
+        return kept[1], kept[2]
+    other = analysis.other_file(path)
+    if other is None:
+        own, imports = {}, ()
+    else:
+        own = import_time_seeds(other)
+        imports = tuple((stmt.lineno, child) for stmt, child in _imported_project_files(other))
+    _MODULES[path] = (mtime, own, imports)
+    return own, imports
 
 
 def _settled(seeds, draws) -> bool:
@@ -333,21 +374,8 @@ def _seeding_calls(analysis, facts: FunctionFacts):
 
 def import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
     """generator -> (line, text) of the first call that seeds it when the module is
-    imported: its module-level statements (not those under its own `__main__` guard), and
-    those of the project modules it imports in turn (as far as `other_file` reads). Not
-    memoised per file: `_import_time_summary` keeps the complete answers, and an answer cut
-    short by an import cycle must not be kept anywhere."""
-    if analysis.filename in _IN_PROGRESS:
-        _CYCLE[0] = True
-        return {}
-    _IN_PROGRESS.add(analysis.filename)
-    try:
-        return _import_time_seeds(analysis)
-    finally:
-        _IN_PROGRESS.discard(analysis.filename)
-
-
-def _import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
+    imported, among its own module-level statements (not those under its own `__main__`
+    guard); what its imports seed is added by `_import_time_summary`."""
     seeds: Dict[str, Tuple[int, str]] = {}
     guard = main_guard(analysis)
     for call, gens in _seeding_calls(analysis, analysis.module_facts):
@@ -355,9 +383,6 @@ def _import_time_seeds(analysis) -> Dict[str, Tuple[int, str]]:
             continue      # runs only when the module is executed as a script
         for gen in gens:
             seeds.setdefault(gen, (call.site.line, _text(call)))
-    for stmt, path in _imported_project_files(analysis):
-        for gen, (line, text) in _import_time_summary(analysis, path).items():
-            seeds.setdefault(gen, (stmt.lineno, text))
     return seeds
 
 

@@ -202,9 +202,11 @@ def _model_given_away_before_step(window: Window) -> bool:
     installed package): it may normalise the gradients, so "never divided" is not proven."""
     facts, step = window.facts, window.first_step
     last_backward = max(b.site.line for b in window.backwards)
+    # a caller's step runs once the function has returned: everything after the backward
+    until = step.line if window.step_facts is None else facts.func.node.end_lineno
     models = _model_texts(facts)
     for call in facts.calls:
-        if not call.unseen or not last_backward < call.site.line <= step.line \
+        if not call.unseen or not last_backward < call.site.line <= until \
                 or not call.site.in_loop(window.loop) or _known_not_to_scale(call):
             continue
         arguments = list(call.node.args) + [kw.value for kw in call.node.keywords]
@@ -250,7 +252,7 @@ def _effect(analysis, window: Window) -> Optional[Tuple[str, str, str]]:
     under an Adam-style optimizer only a clip threshold or a coupled L2 decay sees the scale
     (a hyperparameter silently changed, the update direction kept): a warning; an optimizer
     that could not be traced may be either: a warning that says both."""
-    kind = stepped_optimizer(analysis, window.facts, window.first_step)
+    kind = stepped_optimizer(analysis, window.stepping_facts, window.first_step)
     clips = _window_clips(analysis, window)
     clip = f"the clip at line {clips[0].site.line}" if clips else None
     k = "k×" if not window.count else f"k× (k = `{window.count}`)"
@@ -282,6 +284,9 @@ def _window_clips(analysis, window: Window) -> list:
         return clips
     end = getattr(window.loop, "end_lineno", window.loop.lineno)
     step = window.first_step
+    if window.step_facts is not None:    # stepped by the caller, after this function returns
+        return clips + [c for c in window.facts.calls if is_clip(c) and not c.site.loops
+                        and end < c.site.line]
     return clips + [c for c in window.facts.calls if is_clip(c) and c.site.loops == step.loops
                     and end < c.site.line <= step.line]
 

@@ -122,6 +122,8 @@ class HotLoopSync(Rule):
         timing = _does_timing(analysis, facts)
         for loop in loops:
             yield from self._helpers_syncing_per_element(analysis, facts, loop, cuda)
+        if hot is not None:
+            yield from self._helpers_syncing_per_element(analysis, facts, None, cuda, hot)
         notes: Dict[object, List[Tuple[CallSite, str]]] = {}
         for call in facts.calls:
             site = call.site
@@ -175,24 +177,31 @@ class HotLoopSync(Rule):
                 call.site, f"`{short(call.node, 30)}` waits for the GPU every step just to log",
                 f"{why}, not under a logging interval{more}", fix, NOTE)
 
-    def _helpers_syncing_per_element(self, analysis, facts, loop, cuda) -> Iterator[Finding]:
-        """A helper of another project file called every step of `loop` (no guard) that
-        syncs once per element of a loop of its own (`.item()` per parameter to log or clip
-        norms). Helpers of this file are judged in their own body (`hot_reason`)."""
-        for local in analysis.in_loop(facts, "local_calls", loop):
+    def _helpers_syncing_per_element(self, analysis, facts, loop, cuda,
+                                     hot: Optional[str] = None) -> Iterator[Finding]:
+        """A helper of another project file called every step of `loop` (no guard), or
+        unguarded in a function run every step (`hot`, `loop` None: `self.helper.optimize(
+        self.opt)` in a `run_step` the training loop calls), that syncs once per element of
+        a loop of its own (`.item()` per parameter to log or clip norms). Helpers of this
+        file are judged in their own body (`hot_reason`)."""
+        locals_ = analysis.in_loop(facts, "local_calls", loop) if loop is not None else \
+            [lc for lc in facts.local_calls if not lc.site.loops and not lc.site.conds]
+        for local in locals_:
             callee = local.callee
-            if callee.home in (None, analysis) or local.site.loops[-1] is not loop \
-                    or local.site.conds_inside(loop):
+            if callee.home in (None, analysis) or (loop is not None and (
+                    local.site.loops[-1] is not loop or local.site.conds_inside(loop))):
                 continue
             found = _per_element_sync(analysis, callee)
             if found is None:
                 continue
             text, line, inner, where = found
+            scope = f"in the training loop at line {loop.lineno}" if loop is not None else \
+                f"in `{facts.func.name}()`, which runs every training step ({hot})"
             yield self.finding(
                 local.site,
                 f"`{callee.name}()` syncs host and GPU once per element of a loop, every "
                 f"training step",
-                f"called at line {local.site.line} in the training loop at line {loop.lineno} "
+                f"called at line {local.site.line} {scope} "
                 f"with no logging-interval guard; it runs {text} inside its loop at "
                 f"{analysis.where(where, inner)} ({analysis.where(where, line)}); {cuda}",
                 "compute on device and sync once (`torch.stack([...])` then one `.tolist()`), "

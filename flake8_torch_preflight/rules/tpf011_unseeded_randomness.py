@@ -74,7 +74,7 @@ No autofix: where the seed comes from (a flag, a config) is the script's choice.
 The order of seeding and drawing is not checked (a seed anywhere in the file counts, even
 under an `if`), seeds set in a library are only seen through a helper whose name says it
 seeds (`set_seed`, `random_seed`, `init_seeds`, …, assumed to seed everything) or a
-`seed=` argument, other project files are followed up to three files deep (a base class
+`seed=` argument, other project files are followed as far as their imports resolve (a base class
 whose file cannot be found counts as not seeding), and generator objects
 (`np.random.default_rng(seed)`, `torch.Generator`) are not tracked.
 The note ("nothing is seeded") is quiet while a call the analysis cannot see into may seed:
