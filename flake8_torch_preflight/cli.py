@@ -54,6 +54,54 @@ def _validate_codes(codes: Optional[List[str]], option: str) -> None:
                              f"(known: {known[0]}..{known[-1]}; run `tpf rules`)")
 
 
+def _check_config(config: Config, args) -> None:
+    """Codes in the configuration file checked as the command line's are (exit 2), except
+    that another installed flake8 plugin's codes (`E501`, `C90`) are fine there; warnings for
+    what silently turns rules off: config files flake8 skips, a prefix that ignores several
+    rules at once, a `select` with no TPF rule in it."""
+    for warning in config.warnings:
+        print(f"tpf: warning: {warning}", file=sys.stderr)
+    where = os.path.relpath(config.source) if config.source else "the configuration"
+    lists = [("select", config.select), ("ignore", config.ignore),
+             ("extend-select", config.extend_select), ("extend-ignore", config.extend_ignore)]
+    lists += [("per-file-ignores", codes) for _, codes in config.per_file_ignores]
+    for option, codes in lists:
+        for code in codes or ():
+            problem = _config_code_problem(code, config.plugin_codes)
+            if problem:
+                raise UsageError(f"{problem} rule code {code!r} in {option} ({where}); "
+                                 f"run `tpf rules` for ours")
+    if args.quiet:
+        return
+    known = known_codes()
+    ignores = [("extend-ignore", config.extend_ignore)]
+    if args.ignore is None:   # --ignore replaces the file's ignore
+        ignores.insert(0, ("ignore", config.ignore))
+    for option, codes in ignores:
+        for code in codes or ():
+            off = [k for k in known if k.startswith(code)]
+            if len(off) > 1:
+                print(f"tpf: warning: {option} = {code} in {where} switches off {len(off)} "
+                      f"rules ({off[0]}..{off[-1]})", file=sys.stderr)
+    selected = [*(config.select or []), *config.extend_select]
+    if config.select is not None and args.select is None and args.extend_select is None \
+            and not any(k.startswith(code) for code in selected for k in known):
+        print(f"tpf: warning: select in {where} selects no TPF rule; tpf checks nothing",
+              file=sys.stderr)
+
+
+def _config_code_problem(code: str, plugin_codes: Sequence[str]) -> str:
+    """'' for a code some installed plugin reports (or a prefix of ours), else why not."""
+    if not _CODE.match(code):
+        return "malformed"
+    if any(k.startswith(code) for k in known_codes()):
+        return ""
+    ours = code.startswith("TPF")
+    others = any(code.startswith(p) or p.startswith(code) for p in plugin_codes
+                 if not p.startswith("TPF"))
+    return "" if others and not ours else "unknown"
+
+
 def _validate_gpu(value: Optional[str]) -> None:
     """A bad `--vram-gpu` is a usage error here, as it is an option error under flake8."""
     if not value:
@@ -197,8 +245,12 @@ def _main(argv: List[str]) -> int:
         raise UsageError("--update-baseline needs --baseline FILE")
     _validate_gpu(getattr(args, "vram_gpu", None))
     config = load_config(args.config, args.isolated)
+    _check_config(config, args)
     settings, discovery = _settings(args, config)
     files = discover(args.paths, discovery)
+    if args.verbose and not args.quiet:
+        for path, why in discovery.skipped:
+            print(f"tpf: skipped {path}: {why}", file=sys.stderr)
     if args.command == "fix":
         return _fix(files, settings, args)
     if args.command == "stats":

@@ -87,16 +87,11 @@ def _changed_since(path: str, expected: Snapshot) -> bool:
         return True
 
 
-_UMASK: list = []
-
-
 def new_file_mode() -> int:
     """The mode `open(path, "w")` gives a new file: 0o666 less the process's umask."""
-    if not _UMASK:
-        current = os.umask(0o022)   # the only way to read it is to set it
-        os.umask(current)
-        _UMASK.append(current)
-    return 0o666 & ~_UMASK[0]
+    current = os.umask(0o022)   # the only way to read it is to set it (and set it back)
+    os.umask(current)
+    return 0o666 & ~current
 
 
 def check_writable(path: str) -> None:
