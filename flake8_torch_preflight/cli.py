@@ -494,6 +494,7 @@ class _FixOutcome:
     new_text: str = ""
     encoding: str = "utf-8"
     snapshot: Optional[object] = None      # writing.Snapshot of the file as read
+    skipped: List[str] = field(default_factory=list)   # parts left out (a notebook cell)
 
 
 def _fix_outcome(job) -> _FixOutcome:
@@ -509,8 +510,9 @@ def _fix_outcome(job) -> _FixOutcome:
         if status is not None:
             outcome.snapshot = Snapshot.of(status, outcome.data)
         fix = _fix_notebook if is_notebook(name) else _fix_python
-        new_data, fixed, outcome.old_text, outcome.new_text, outcome.encoding = \
+        new_data, fixed, outcome.old_text, outcome.new_text, outcome.encoding, *skipped = \
             fix(name, outcome.data, settings)
+        outcome.skipped = list(skipped[0]) if skipped else []
     except FileProblem as exc:
         outcome.problem = str(exc)
         return outcome
@@ -544,6 +546,9 @@ def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
 def _fix(files: List[Tuple[str, str]], settings: Settings, args) -> int:
     problems = changed = fixed_total = 0
     for outcome in _fix_outcomes(files, settings, args):
+        for part in outcome.skipped:   # as tpf check reports it, and the run fails as there
+            print(f"tpf: error: {outcome.name}: {part}; skipped, left as it is", file=sys.stderr)
+            problems += 1
         if outcome.problem is not None:
             print(f"tpf: error: {outcome.name}: {outcome.problem}", file=sys.stderr)
             problems += 1
@@ -619,12 +624,12 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
     try:
         notebook = read_notebook(path, data)
         if not notebook.cells:
-            return data, [], "", "", "utf-8"
+            return data, [], "", "", "utf-8", []
         if not notebook.writable:
             raise NotebookProblem("tpf fix writes nbformat 4 notebooks only; convert it first")
         lines = notebook.module.splitlines(True)
         if not settings.disable_noqa and NoqaMap(lines).skip_file():
-            return data, [], "", "", "utf-8"
+            return data, [], "", "", "utf-8", []
         keep = keep_predicate(settings, path, lines)
         broken = {c.number for c in notebook.cells if not c.parses}
 
@@ -634,7 +639,7 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
 
         result = fix_source(notebook.module, path, keep_fixable, noqa=False)   # keep has it
         if not result.changed:
-            return data, [], "", "", "utf-8"
+            return data, [], "", "", "utf-8", notebook.problems
         new_text = rewrite_sources(notebook, split_fixed_module(notebook, result.source))
     except NotebookProblem as exc:
         raise FileProblem(str(exc)) from None
@@ -644,7 +649,8 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
         fixed.append((f"cell {cell}:line {line}:{finding.col + 1}", finding))
     bom = data.startswith(b"\xef\xbb\xbf")
     encoding = "utf-8-sig" if bom else "utf-8"
-    return new_text.encode(encoding), fixed, notebook.text, new_text, encoding
+    return new_text.encode(encoding), fixed, notebook.text, new_text, encoding, \
+        notebook.problems
 
 
 def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> bytes:

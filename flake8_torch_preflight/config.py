@@ -26,7 +26,6 @@ the file.
 """
 from __future__ import annotations
 
-import argparse
 import configparser
 import os
 import stat

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from test_notebooks import make_notebook
+from test_notebooks import MODEL, SETUP, TRAIN, make_notebook
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -17,9 +17,6 @@ EVAL = ("import torch.nn as nn\n\n\ndef evaluate(model: nn.Module, loader):\n"
         "        logits = model(images)\n"
         "        correct += (logits.argmax(dim=1) == labels).sum().item()\n"
         "    return correct\n")
-LEAKY = ("history = []\nfor x, y in loader:\n    optimizer.zero_grad()\n"
-         "    loss = criterion(model(x), y)\n    history.append(loss)\n"
-         "    loss.backward()\n    optimizer.step()\n")
 
 
 def run(args, cwd):
@@ -64,18 +61,18 @@ def test_an_added_import_goes_into_the_first_plain_cell_before_timeit(tmp_path):
 # ---------------------------------------------------------------------------- broken cells
 
 def test_a_cell_that_does_not_parse_is_skipped_and_the_others_fixed(tmp_path):
-    notebook = make_notebook(tmp_path / "train.ipynb", "import torch",
-                             "def broken(:\n    pass", LEAKY)
+    notebook = make_notebook(tmp_path / "train.ipynb", SETUP, MODEL,
+                             "def broken(:\n    pass", TRAIN.format(comment=""))
     check = run(["check", "--isolated", "train.ipynb"], tmp_path)
     assert "1 fixable" in check.stdout, check.stdout
     result = run(["fix", "--isolated", "train.ipynb"], tmp_path)
-    assert "train.ipynb:cell 3:line 5:5: fixed TPF001" in result.stderr, result.stderr
-    assert "train.ipynb: cell 2: syntax error" in result.stderr
+    assert "train.ipynb:cell 4:line 6:5: fixed TPF001" in result.stderr, result.stderr
+    assert "train.ipynb: cell 3: syntax error" in result.stderr
     assert "skipped" in result.stderr
     assert result.returncode == 1            # as tpf check: a cell was not checked
     sources = code_sources(notebook)
-    assert "history.append(loss.detach())" in sources[2]
-    assert sources[1] == "def broken(:\n    pass"
+    assert "history.append(loss.detach())" in sources[3]
+    assert sources[2] == "def broken(:\n    pass"
 
 
 # ---------------------------------------------------------------------------- malformed
@@ -90,16 +87,16 @@ def notebook_json(cells):
 
 @pytest.mark.parametrize("text, needle", [
     ("[1, 2]", "not a notebook: the JSON is a list, not an object"),
-    (notebook_json({"a": 1}), "not a notebook: `cells` is an object, not a list"),
-    (notebook_json([CELL, "x = 1"]), "not a notebook: cell 2 is a string, not an object"),
-    (notebook_json([dict(CELL, source=5)]), "cell 1: `source` is a number, not text"),
-    (notebook_json([dict(CELL, source=["x", 5])]), "cell 1: `source` holds a number"),
-    (notebook_json([{"metadata": {}, "source": "x"}]), "cell 1 has no `cell_type`"),
-    (notebook_json([{"cell_type": "code", "metadata": {}}]), "code cell 1 has no `source`"),
+    (notebook_json({"a": 1}), "not a notebook: cells is an object, not a list"),
+    (notebook_json([CELL, "x = 1"]), "not a notebook: cells[1] is a string, not an object"),
+    (notebook_json([dict(CELL, source=5)]), "not a notebook: cells[0].source is a number, not text or a list of lines"),
+    (notebook_json([dict(CELL, source=["x", 5])]), "not a notebook: cells[0].source[1] is a number, not text"),
+    (notebook_json([{"metadata": {}, "source": "x"}]), "not a notebook: cells[0] has no cell_type"),
+    (notebook_json([{"cell_type": "code", "metadata": {}}]), "not a notebook: cells[0] (a code cell) has no source"),
     (json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": None, "cells": [CELL]}),
-     "not a notebook: `metadata` is null, not an object"),
+     "not a notebook: metadata is null, not an object"),
     ('{"nbformat": 4, "nbformat_minor": 5, "cells": null}',
-     "not a notebook: `cells` is null, not a list"),
+     "not a notebook: cells is null, not a list"),
 ])
 @pytest.mark.parametrize("command", ["check", "fix"])
 def test_a_malformed_notebook_is_one_clear_line(tmp_path, text, needle, command):
