@@ -136,3 +136,23 @@ def test_fix_jobs_matches_one_job(tmp_path):
     assert all(FIXED_LINE in (tmp_path / f"{n}.py").read_text() for n in "abcd")
     assert "tpf: fixed 4 findings in 4 of 4 files" in result.stderr
     assert run(["fix", "--isolated", "-j", "0", "."], tmp_path).returncode == 2
+
+
+# ---------------------------------------------------------------------------- fix memory
+
+def test_libcst_parses_only_the_statements_a_fix_touches(monkeypatch):
+    import libcst
+
+    from flake8_torch_preflight.fixes import fix_source
+
+    helper = "def helper_{0}(values):\n    return [v * 2 for v in values if v > {0}]\n\n\n"
+    source = ("import torch\n\n\n" + "".join(helper.format(i) for i in range(200))
+              + LEAKY.split("\n\n\n", 1)[1] + "\n\n" + "".join(helper.format(i) for i in range(200, 300)))
+    parsed = []
+    real_parse = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda text: parsed.append(text) or real_parse(text))
+    result = fix_source(source, "big.py")
+    assert [f.code for f in result.fixed] == ["TPF001"]
+    assert result.source == source.replace("losses.append(loss)", FIXED_LINE)
+    assert len(parsed) == 1 and parsed[0].count("# <tpf: elided line") == 600
+    assert "def helper_" not in parsed[0]
