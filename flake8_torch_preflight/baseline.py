@@ -5,7 +5,9 @@ fingerprint is not in it. A fingerprint must survive edits elsewhere in the file
 shifting, a function added above) and re-formatting, so it is built from:
 
 - the rule code;
-- the file's path relative to the baseline file's folder (so it works from any directory);
+- the file's path relative to the baseline file's folder (so it works from any directory:
+  `cd pkg && tpf check --baseline ../tpf-baseline.json .` names `pkg/train.py` as the root
+  run does);
 - the enclosing function or method (`Trainer.fit`), or `<module>`;
 - the reported statement's text, tokenized, comments and layout dropped
   (`history.append( loss )  # hmm` and `history.append(loss)` are the same statement);
@@ -13,6 +15,11 @@ shifting, a function added above) and re-formatting, so it is built from:
   in one function are two entries.
 
 Line numbers are kept in the file for people reading it, never compared.
+
+A run speaks only for what it checked (`Scope`): a recorded entry is compared, reported as
+absent and replaced by `--update-baseline` only when its file was checked in this run (or
+lies under a folder that was checked and no longer exists); every other entry is kept as
+recorded. A file that could not be checked (a syntax error) keeps its entries.
 """
 from __future__ import annotations
 
@@ -106,6 +113,36 @@ def relative_path(path: str, baseline_path: str) -> str:
     return relative.replace(os.sep, "/")
 
 
+class Scope:
+    """Which recorded entries a run over some paths speaks for."""
+
+    def __init__(self, baseline_path: str, checked: Iterable[str], folders: Iterable[str]) -> None:
+        self.folder = os.path.dirname(os.path.abspath(baseline_path))
+        self.files = {relative_path(path, baseline_path) for path in checked}
+        self.trees = [os.path.abspath(folder) for folder in folders]
+
+    def covers(self, entry: "Entry") -> bool:
+        if entry.path in self.files:
+            return True
+        full = os.path.normpath(os.path.join(self.folder, entry.path))
+        return not os.path.lexists(full) and any(_inside(full, tree) for tree in self.trees)
+
+    def split(self, recorded: Sequence["Entry"]) -> Tuple[List["Entry"], List["Entry"]]:
+        """(entries this run speaks for, entries kept as recorded)."""
+        inside: List[Entry] = []
+        outside: List[Entry] = []
+        for entry in recorded:
+            (inside if self.covers(entry) else outside).append(entry)
+        return inside, outside
+
+
+def _inside(path: str, folder: str) -> bool:
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:   # different drives on Windows
+        return False
+
+
 def fingerprints(items: Iterable[Tuple[str, str, int, str, str]]) -> List[Entry]:
     """(code, relative path, line, scope, statement) per finding -> entries, in order."""
     seen: Counter = Counter()
@@ -124,8 +161,10 @@ def fingerprints(items: Iterable[Tuple[str, str, int, str, str]]) -> List[Entry]
 
 def load(path: str) -> Optional[List[Entry]]:
     """The recorded entries, or None when the file does not exist yet."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
+    if not os.path.isfile(path):
+        raise BaselineError(f"{path}: not a tpf baseline (not a regular file)")
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)

@@ -10,6 +10,7 @@ import argparse
 import ast
 import io
 import os
+import stat
 import sys
 import tokenize
 from concurrent.futures import ProcessPoolExecutor
@@ -126,15 +127,34 @@ class FileProblem(Exception):
 
 
 def read_bytes(path: str) -> bytes:
+    """The file's bytes; only a regular file is read (a named pipe would block forever)."""
     try:
         if path == "-":
             return sys.stdin.buffer.read()
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; no effect on a regular file
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            kind = special_kind(os.fstat(handle.fileno()).st_mode)
+            if kind:
+                raise FileProblem("is a directory" if kind == "a directory"
+                                  else f"not a regular file ({kind})")
             return handle.read()
     except IsADirectoryError:
         raise FileProblem("is a directory") from None
     except OSError as exc:
         raise FileProblem(f"cannot read: {exc.strerror or exc}") from None
+
+
+_SPECIAL_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
+                  (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"))
+
+
+def special_kind(mode: int) -> str:
+    """'' for a regular file, else what it is ("a named pipe")."""
+    if stat.S_ISREG(mode):
+        return ""
+    return next((name for test, name in _SPECIAL_KINDS if test(mode)), "not a file")
 
 
 def decode_source(data: bytes) -> Tuple[str, str]:
@@ -365,6 +385,8 @@ def _from_checker(checker, tree, lines, path, settings: Settings) -> List[Findin
 class Discovery:
     exclude: List[str]
     filename: List[str]
+    # (path, why) of what a folder walk matched but will not read: FIFOs, sockets, devices
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
 
 
 class UsageError(Exception):
@@ -389,9 +411,22 @@ def discover(paths: Sequence[str], discovery: Discovery) -> List[Tuple[str, str]
             continue
         for full in _walk(path, discovery.exclude):
             if matches(full, patterns) and not matches(full, discovery.exclude):
-                files.append((full, path))
+                kind = _special(full)
+                if kind:
+                    discovery.skipped.append((full, f"not a regular file ({kind})"))
+                else:
+                    files.append((full, path))
     seen = set()
     return [f for f in files if not (f[0] in seen or seen.add(f[0]))]
+
+
+def _special(path: str) -> str:
+    """What a walked path is when it is no regular file; '' when it is one or cannot be
+    stat'ed (a dangling symlink: reading it says why)."""
+    try:
+        return special_kind(os.stat(path).st_mode)
+    except OSError:
+        return ""
 
 
 def _walk(folder: str, exclude: Sequence[str]) -> Iterator[str]:

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
 from . import __version__
@@ -52,6 +52,54 @@ def _validate_codes(codes: Optional[List[str]], option: str) -> None:
         if not _CODE.match(code) or not any(k.startswith(code) for k in known):
             raise UsageError(f"unknown rule code {code!r} in {option} "
                              f"(known: {known[0]}..{known[-1]}; run `tpf rules`)")
+
+
+def _check_config(config: Config, args) -> None:
+    """Codes in the configuration file checked as the command line's are (exit 2), except
+    that another installed flake8 plugin's codes (`E501`, `C90`) are fine there; warnings for
+    what silently turns rules off: config files flake8 skips, a prefix that ignores several
+    rules at once, a `select` with no TPF rule in it."""
+    for warning in config.warnings:
+        print(f"tpf: warning: {warning}", file=sys.stderr)
+    where = os.path.relpath(config.source) if config.source else "the configuration"
+    lists = [("select", config.select), ("ignore", config.ignore),
+             ("extend-select", config.extend_select), ("extend-ignore", config.extend_ignore)]
+    lists += [("per-file-ignores", codes) for _, codes in config.per_file_ignores]
+    for option, codes in lists:
+        for code in codes or ():
+            problem = _config_code_problem(code, config.plugin_codes)
+            if problem:
+                raise UsageError(f"{problem} rule code {code!r} in {option} ({where}); "
+                                 f"run `tpf rules` for ours")
+    if args.quiet:
+        return
+    known = known_codes()
+    ignores = [("extend-ignore", config.extend_ignore)]
+    if args.ignore is None:   # --ignore replaces the file's ignore
+        ignores.insert(0, ("ignore", config.ignore))
+    for option, codes in ignores:
+        for code in codes or ():
+            off = [k for k in known if k.startswith(code)]
+            if len(off) > 1:
+                print(f"tpf: warning: {option} = {code} in {where} switches off {len(off)} "
+                      f"rules ({off[0]}..{off[-1]})", file=sys.stderr)
+    selected = [*(config.select or []), *config.extend_select]
+    if config.select is not None and args.select is None and args.extend_select is None \
+            and not any(k.startswith(code) for code in selected for k in known):
+        print(f"tpf: warning: select in {where} selects no TPF rule; tpf checks nothing",
+              file=sys.stderr)
+
+
+def _config_code_problem(code: str, plugin_codes: Sequence[str]) -> str:
+    """'' for a code some installed plugin reports (or a prefix of ours), else why not."""
+    if not _CODE.match(code):
+        return "malformed"
+    if any(k.startswith(code) for k in known_codes()):
+        return ""
+    ours = code.startswith("TPF")
+    others = any(code.startswith(p) or p.startswith(code) for p in plugin_codes
+                 if not p.startswith("TPF"))
+    return "" if others and not ours else "unknown"
 
 
 def _validate_gpu(value: Optional[str]) -> None:
@@ -123,7 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--baseline", metavar="FILE",
                        help="fail only on findings not recorded in FILE (recorded on first use)")
     check.add_argument("--update-baseline", action="store_true",
-                       help="record today's findings in the --baseline file")
+                       help="record today's findings in the --baseline file (only the entries "
+                            "of the files checked are replaced)")
+    check.add_argument("--no-create-baseline", action="store_true",
+                       help="a missing --baseline file is an error, never a new file "
+                            "(the default when CI is set)")
     check.add_argument("--no-cache", action="store_true",
                        help="do not read or write the cache across runs (.tpf_cache/ at the "
                             "project root); config: tpf-cache = false; env: TPF_NO_CACHE=1")
@@ -132,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013)")
     _add_common(fix)
+    fix.add_argument("--jobs", "-j", default="auto", help="worker processes (N or auto)")
     fix.add_argument("--diff", action="store_true",
                      help="print a unified diff (for git apply / patch -p1); change nothing")
 
@@ -160,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (UsageError, ConfigError, BaselineError) as exc:
         print(f"tpf: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except WriteProblem as exc:
+    except WriteProblem as exc:   # a report or a baseline that cannot be written
         print(f"tpf: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -197,8 +250,12 @@ def _main(argv: List[str]) -> int:
         raise UsageError("--update-baseline needs --baseline FILE")
     _validate_gpu(getattr(args, "vram_gpu", None))
     config = load_config(args.config, args.isolated)
+    _check_config(config, args)
     settings, discovery = _settings(args, config)
     files = discover(args.paths, discovery)
+    if args.verbose and not args.quiet:
+        for path, why in discovery.skipped:
+            print(f"tpf: skipped {path}: {why}", file=sys.stderr)
     if args.command == "fix":
         return _fix(files, settings, args)
     if args.command == "stats":
@@ -347,15 +404,33 @@ def _emit(text: str, output: Optional[str]) -> None:
 # ---------------------------------------------------------------------------- baseline
 
 def _load_baseline(args):
-    if not args.baseline or args.update_baseline:
+    """The recorded entries (None: no file yet). Before any file is checked: a missing
+    baseline under CI or --no-create-baseline is an error, and a baseline this run will
+    write must be writable."""
+    if not args.baseline:
         return None
-    from .baseline import load
-    return load(args.baseline)
+    from .baseline import BaselineError, load
+    from .writing import check_writable
+
+    recorded = load(args.baseline)
+    if recorded is None and not args.update_baseline and (args.no_create_baseline or in_ci()):
+        why = "--no-create-baseline" if args.no_create_baseline else "CI is set"
+        raise BaselineError(f"{args.baseline}: the baseline does not exist ({why}: tpf never "
+                            f"creates one; record it with --update-baseline, or fix the path)")
+    if recorded is None or args.update_baseline:
+        check_writable(args.baseline)
+    return recorded
+
+
+def in_ci() -> bool:
+    """`CI` set to anything but empty, 0, false or no (every CI service sets it)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _apply_baseline(items, results, recorded, args):
     """Items with their baseline state; absent entries as items; records the file when it
-    does not exist yet or --update-baseline is given."""
+    does not exist yet or --update-baseline is given. Only the entries of the files this run
+    checked are compared, reported absent or replaced (`baseline.Scope`)."""
     from . import baseline as bl
     from . import reporting
 
@@ -363,13 +438,13 @@ def _apply_baseline(items, results, recorded, args):
     paths = [result.path for result in results for _ in result.reports]
     entries = bl.fingerprints((r.finding.code, bl.relative_path(p, args.baseline), r.line,
                                r.scope, r.statement) for r, p in zip(reports, paths))
-    if recorded is None:
-        from .writing import atomic_write
-        atomic_write(args.baseline, bl.dump(entries).encode("utf-8"))
-        print(f"tpf: recorded {len(entries)} finding{'s' if len(entries) != 1 else ''} "
-              f"in the baseline {args.baseline}", file=sys.stderr)
-        recorded = entries
-    states, gone = bl.classify(entries, recorded)
+    scope = bl.Scope(args.baseline, [r.path for r in results if r.checked],
+                     [p for p in args.paths if p != "-" and os.path.isdir(p)])
+    inside, kept = scope.split(recorded or [])
+    if recorded is None or args.update_baseline:
+        _record_baseline(args.baseline, entries, kept)
+        inside = entries
+    states, gone = bl.classify(entries, inside)
     marked = [replace(item, fingerprint=entry.fingerprint, baseline=state)
               for item, entry, state in zip(items, entries, states)]
     folder = os.path.dirname(os.path.abspath(args.baseline))
@@ -381,6 +456,18 @@ def _apply_baseline(items, results, recorded, args):
                                      f"no longer found: `{entry.statement}` in {entry.scope}",
                                      fingerprint=entry.fingerprint, baseline=bl.ABSENT))
     return marked, absent
+
+
+def _record_baseline(path: str, entries, kept) -> None:
+    from . import baseline as bl
+    from .writing import atomic_write
+
+    atomic_write(path, bl.dump(list(entries) + list(kept)).encode("utf-8"))
+    note = ""
+    if kept:
+        note = f" ({len(kept)} entr{'ies' if len(kept) != 1 else 'y'} for files not checked kept)"
+    print(f"tpf: recorded {len(entries)} finding{'s' if len(entries) != 1 else ''} "
+          f"in the baseline {path}{note}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------- stats
@@ -399,50 +486,97 @@ def _stats(files: List[str], settings: Settings, args) -> int:
 
 # ---------------------------------------------------------------------------- fix
 
-def _fix(files: List[Tuple[str, str]], settings: Settings, args) -> int:
-    from .notebooks import is_notebook
+@dataclass
+class _FixOutcome:
+    """One file's fix, worked out (in a worker process under -j) before anything is written."""
+    path: str
+    root: str
+    name: str
+    problem: Optional[str] = None
+    data: Optional[bytes] = None
+    new_data: Optional[bytes] = None
+    fixed: List[Tuple[str, str, str]] = field(default_factory=list)   # place, code, fix
+    old_text: str = ""
+    new_text: str = ""
+    encoding: str = "utf-8"
+    snapshot: Optional[object] = None      # writing.Snapshot of the file as read
+    skipped: List[str] = field(default_factory=list)   # parts left out (a notebook cell)
 
+
+def _fix_outcome(job) -> _FixOutcome:
+    """Read, fix and render one file; never raises for bad input (a worker's entry point)."""
+    from .notebooks import is_notebook
+    from .writing import Snapshot
+
+    path, root, name, settings = job
+    outcome = _FixOutcome(path, root, name)
+    try:
+        status = None if path == "-" else os.stat(path)
+        outcome.data = read_bytes(path)
+        if status is not None:
+            outcome.snapshot = Snapshot.of(status, outcome.data)
+        fix = _fix_notebook if is_notebook(name) else _fix_python
+        new_data, fixed, outcome.old_text, outcome.new_text, outcome.encoding, *skipped = \
+            fix(name, outcome.data, settings)
+        outcome.skipped = list(skipped[0]) if skipped else []
+    except FileProblem as exc:
+        outcome.problem = str(exc)
+        return outcome
+    except RecursionError:
+        outcome.problem = "too deeply nested to analyse"
+        return outcome
+    if fixed:
+        outcome.new_data = new_data
+        outcome.fixed = [(place, f.code, f.fix) for place, f in fixed]
+    return outcome
+
+
+def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
+    """Each file's outcome, in order; worked out by -j worker processes when asked."""
+    jobs = [(path, root, args.stdin_display_name if path == "-" else path, settings)
+            for path, root in files]
+    on_disk = [job for job in jobs if job[0] != "-"]
+    workers = _jobs(args.jobs, len(on_disk))
+    if workers > 1 and len(on_disk) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(on_disk))) as pool:
+            done = dict(zip((job[0] for job in on_disk), pool.map(_fix_outcome, on_disk)))
+        for job in jobs:
+            yield done[job[0]] if job[0] != "-" else _fix_outcome(job)
+        return
+    for job in jobs:
+        yield _fix_outcome(job)
+
+
+def _fix(files: List[Tuple[str, str]], settings: Settings, args) -> int:
     problems = changed = fixed_total = 0
-    for path, root in files:
-        name = args.stdin_display_name if path == "-" else path
-        data: Optional[bytes] = None
-        try:
-            data = read_bytes(path)
-            if is_notebook(name):
-                outcome = _fix_notebook(name, data, settings)
-            else:
-                outcome = _fix_python(name, data, settings)
-        except FileProblem as exc:
-            print(f"tpf: error: {name}: {exc}", file=sys.stderr)
+    for outcome in _fix_outcomes(files, settings, args):
+        for part in outcome.skipped:   # as tpf check reports it, and the run fails as there
+            print(f"tpf: error: {outcome.name}: {part}; skipped, left as it is", file=sys.stderr)
             problems += 1
-            if path == "-" and data is not None:
-                sys.stdout.buffer.write(data)   # stdin in, stdin out: unchanged
+        if outcome.problem is not None:
+            print(f"tpf: error: {outcome.name}: {outcome.problem}", file=sys.stderr)
+            problems += 1
+            if outcome.path == "-" and outcome.data is not None:
+                sys.stdout.buffer.write(outcome.data)   # stdin in, stdin out: unchanged
             continue
-        new_data, fixed, old_text, new_text, encoding = outcome
-        if path == "-":
-            sys.stdout.buffer.write(new_data if fixed else data)
+        if outcome.path == "-":
+            sys.stdout.buffer.write(outcome.new_data if outcome.fixed else outcome.data)
             sys.stdout.flush()
-        if not fixed:
+        if not outcome.fixed:
+            continue
+        if args.diff:
+            sys.stdout.buffer.write(unified_diff(outcome.old_text, outcome.new_text,
+                                                 outcome.path, outcome.encoding))
+            sys.stdout.flush()
+        elif outcome.path != "-" and not _write_fixed(outcome):
+            problems += 1
             continue
         changed += 1
-        fixed_total += len(fixed)
-        if args.diff:
-            sys.stdout.buffer.write(unified_diff(old_text, new_text, path, encoding))
-            sys.stdout.flush()
-            continue
-        if path == "-":
-            _report_fixed(name, fixed, args)
-            continue
-        try:
-            from .writing import atomic_write, write_target
-            atomic_write(write_target(path, root), new_data)
-        except Exception as exc:   # WriteProblem, and anything else the disk says
-            print(f"tpf: error: {name}: {exc}", file=sys.stderr)
-            problems += 1
-            changed -= 1
-            fixed_total -= len(fixed)
-            continue
-        _report_fixed(name, fixed, args)
+        fixed_total += len(outcome.fixed)
+        if not args.diff:
+            _report_fixed(outcome.name, outcome.fixed, args)
     if args.diff:
         return EXIT_FINDINGS if changed or problems else EXIT_CLEAN
     if files and args.quiet == 0:
@@ -452,11 +586,23 @@ def _fix(files: List[Tuple[str, str]], settings: Settings, args) -> int:
     return EXIT_FINDINGS if problems else EXIT_CLEAN
 
 
+def _write_fixed(outcome: _FixOutcome) -> bool:
+    from .writing import WriteProblem, atomic_write, write_target
+
+    try:
+        target = write_target(outcome.path, outcome.root, outcome.name)
+        atomic_write(target, outcome.new_data, outcome.name, expected=outcome.snapshot)
+    except WriteProblem as exc:
+        print(f"tpf: error: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _report_fixed(name: str, fixed, args) -> None:
     if args.quiet:
         return
-    for place, finding in fixed:
-        print(f"{name}:{place}: fixed {finding.code} ({finding.fix})", file=sys.stderr)
+    for place, code, fix in fixed:
+        print(f"{name}:{place}: fixed {code} ({fix})", file=sys.stderr)
 
 
 def _fix_python(path: str, data: bytes, settings: Settings):
@@ -484,12 +630,12 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
     try:
         notebook = read_notebook(path, data)
         if not notebook.cells:
-            return data, [], "", "", "utf-8"
+            return data, [], "", "", "utf-8", []
         if not notebook.writable:
             raise NotebookProblem("tpf fix writes nbformat 4 notebooks only; convert it first")
         lines = notebook.module.splitlines(True)
         if not settings.disable_noqa and NoqaMap(lines).skip_file():
-            return data, [], "", "", "utf-8"
+            return data, [], "", "", "utf-8", []
         keep = keep_predicate(settings, path, lines)
         broken = {c.number for c in notebook.cells if not c.parses}
 
@@ -499,7 +645,7 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
 
         result = fix_source(notebook.module, path, keep_fixable, noqa=False)   # keep has it
         if not result.changed:
-            return data, [], "", "", "utf-8"
+            return data, [], "", "", "utf-8", notebook.problems
         new_text = rewrite_sources(notebook, split_fixed_module(notebook, result.source))
     except NotebookProblem as exc:
         raise FileProblem(str(exc)) from None
@@ -509,7 +655,8 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
         fixed.append((f"cell {cell}:line {line}:{finding.col + 1}", finding))
     bom = data.startswith(b"\xef\xbb\xbf")
     encoding = "utf-8-sig" if bom else "utf-8"
-    return new_text.encode(encoding), fixed, notebook.text, new_text, encoding
+    return new_text.encode(encoding), fixed, notebook.text, new_text, encoding, \
+        notebook.problems
 
 
 def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> bytes:

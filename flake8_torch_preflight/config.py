@@ -13,6 +13,13 @@ flake8 has no documented API for "read the configuration"; `parse_args` is the o
 its command line, its legacy API and its worker processes all call, and it has the same
 signature from flake8 6.0 (our minimum) to 7.x.
 
+Before flake8 reads anything, `tpf` looks at the files flake8 would consider (the same walk
+up from the current directory, or the `--config` file) and says what flake8 keeps quiet
+about: a candidate it cannot read (no permission, a folder named `setup.cfg`), bad UTF-8 or
+INI syntax (`[flake8` with no `]`) is one warning line naming the file (flake8 skips such a
+file, and so does `tpf`); a named pipe or socket is an error (flake8 would wait on it
+forever); an explicit `--config` file that cannot be read is an error naming why.
+
 Keys used by `tpf`: select, extend-select, ignore, extend-ignore, per-file-ignores, exclude,
 extend-exclude, filename, disable-noqa, vram-gpu, tpf-notes, tpf-cache / tpf-no-cache.
 Command-line options override the file.
@@ -21,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import os
+import stat
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -45,20 +54,31 @@ class Config:
     vram_gpu: Optional[str] = None
     notes: bool = False
     cache: bool = True         # `tpf-cache = false` or `tpf-no-cache = true` turn it off
+    source: Optional[str] = None        # the file the values came from
+    plugin_codes: List[str] = field(default_factory=list)   # installed checkers' prefixes
+    warnings: List[str] = field(default_factory=list)       # config files flake8 skipped
 
 
 def load_config(explicit: Optional[str] = None, isolated: bool = False) -> Config:
     """The configuration flake8 would use from the current directory (or `explicit`)."""
     argv: List[str] = ["--isolated"] if isolated else []
+    source, warnings = None, []
     if explicit is not None and not isolated:
         argv += ["--config", explicit]
-    options = _flake8_options(argv)
-    return Config(
+        source = explicit
+        problem = _unreadable(explicit) if os.path.lexists(explicit) else ""
+        if problem:
+            raise ConfigError(f"{explicit}: cannot read the configuration ({problem})")
+    elif not isolated:
+        source, warnings = discover_config(os.path.abspath("."))
+    plugins, options = _flake8_options(argv, source)
+    checkers = plugins.checkers
+    config = Config(
         select=options.select,
         ignore=options.ignore,
         extend_select=list(options.extend_select or []),
         extend_ignore=list(options.extend_ignore or []),
-        per_file_ignores=_per_file_ignores(options.per_file_ignores),
+        per_file_ignores=_per_file_ignores(options.per_file_ignores, source),
         exclude=list(options.exclude or []),
         extend_exclude=list(options.extend_exclude or []),
         filename=list(options.filename or ["*.py"]),
@@ -67,25 +87,110 @@ def load_config(explicit: Optional[str] = None, isolated: bool = False) -> Confi
         notes=bool(getattr(options, "tpf_notes", False)),
         cache=_cache_wanted(options),
     )
+    config.source, config.warnings = source, warnings
+    config.plugin_codes = sorted({p.entry_name for p in checkers.tree + checkers.logical_line
+                                  + checkers.physical_line})
+    return config
 
 
-def _flake8_options(argv: List[str]) -> argparse.Namespace:
+def discover_config(folder: str) -> Tuple[Optional[str], List[str]]:
+    """flake8's discovery walk (`options.config._find_config_file`: from `folder` up to the
+    file system root or the home folder, the first of setup.cfg, tox.ini, .flake8 with a
+    `[flake8]` section), done first to say what flake8 skips in silence: (the file found,
+    one warning per candidate skipped). A FIFO or socket is a ConfigError."""
+    home = os.path.expanduser("~")
+    warnings: List[str] = []
+    path = folder
+    while True:
+        for candidate in ("setup.cfg", "tox.ini", ".flake8"):
+            found, warning = _candidate(os.path.join(path, candidate))
+            if warning:
+                warnings.append(warning)
+            if found:
+                return found, warnings
+        parent = os.path.dirname(path)
+        if parent == path or _same(parent, home):
+            return None, warnings
+        path = parent
+
+
+def _candidate(path: str) -> Tuple[Optional[str], str]:
+    """(path when it holds a [flake8] section, a warning when flake8 will skip it)."""
+    if not os.path.lexists(path):
+        return None, ""
+    relative = os.path.relpath(path)
+    problem = _unreadable(path)
+    if problem.startswith("not a regular file"):
+        raise ConfigError(f"{relative}: {problem}; flake8 would wait on it forever")
+    if not problem:
+        problem = _unparsable(path)
+    if problem:
+        return None, f"{relative}: {problem}; flake8 skips it, so does tpf"
+    parser = configparser.RawConfigParser()
+    parser.read(path, encoding="UTF-8")
+    return (path if "flake8" in parser or "flake8:local-plugins" in parser else None), ""
+
+
+def _unreadable(path: str) -> str:
+    """Why `path` cannot be read as a configuration file ('' when it can)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if not stat.S_ISREG(mode):
+        kind = "a named pipe" if stat.S_ISFIFO(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "a device"
+        return f"not a regular file ({kind})"
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    return ""
+
+
+def _unparsable(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+        configparser.RawConfigParser().read_string(text, path)
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 (byte {exc.start})"
+    except configparser.Error as exc:
+        return f"cannot parse it ({_first_line(exc)})"
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    return ""
+
+
+def _same(one: str, other: str) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
+def _flake8_options(argv: List[str], source: Optional[str]):
     from flake8 import exceptions
     from flake8.options.parse_args import parse_args
 
+    where = f" ({os.path.relpath(source)})" if source else ""
     try:
-        _, options = parse_args(argv)
+        return parse_args(argv)
     except exceptions.ExecutionError as exc:     # --config names a file that does not exist
         raise ConfigError(_first_line(exc)) from None
     except configparser.Error as exc:            # duplicate key or section, bad syntax
-        raise ConfigError(f"cannot read the configuration: {_first_line(exc)}") from None
+        raise ConfigError(f"cannot read the configuration{where}: {_first_line(exc)}") from None
     except (ValueError, TypeError) as exc:       # a value of the wrong type or a bad code
-        raise ConfigError(f"bad value in the configuration: {_first_line(exc)}") from None
+        raise ConfigError(f"bad value in the configuration{where}: {_first_line(exc)}") \
+            from None
     except SystemExit:   # argparse inside flake8 rejected a config value (choices)
-        raise ConfigError("bad value in the configuration (run flake8 to see which)") from None
+        raise ConfigError(f"bad value in the configuration{where} (run flake8 to see which)") \
+            from None
     except Exception as exc:    # a plugin flake8 cannot load: flake8 would stop too
         raise ConfigError(f"flake8 could not start: {_first_line(exc)}") from None
-    return options
 
 
 def _cache_wanted(options: argparse.Namespace) -> bool:
@@ -93,7 +198,7 @@ def _cache_wanted(options: argparse.Namespace) -> bool:
     return cache_wanted(options)
 
 
-def _per_file_ignores(raw: object) -> List[Tuple[str, List[str]]]:
+def _per_file_ignores(raw: object, source: Optional[str]) -> List[Tuple[str, List[str]]]:
     if not raw:
         return []
     if isinstance(raw, list):            # flake8 versions that already split it
@@ -101,7 +206,8 @@ def _per_file_ignores(raw: object) -> List[Tuple[str, List[str]]]:
     try:
         return flake8_utils.parse_files_to_codes_mapping(raw)
     except Exception as exc:  # flake8's ExecutionError
-        raise ConfigError(f"per-file-ignores: {_first_line(exc)}") from None
+        where = f" ({os.path.relpath(source)})" if source else ""
+        raise ConfigError(f"per-file-ignores{where}: {_first_line(exc)}") from None
 
 
 def _text_or_none(value: object) -> Optional[str]:

@@ -109,25 +109,25 @@ def read_notebook(path: str, data: bytes) -> Notebook:
 
 def parse_notebook(path: str, text: str) -> Notebook:
     import nbformat
-    from nbformat.reader import NotJSONError
 
     try:
-        node = nbformat.reader.reads(text)
-        major = node.get("nbformat", 0)
-        if major != 4:   # older formats are read through nbformat's conversion
-            node = nbformat.convert(node, 4)
-    except NotJSONError:
+        raw = json.loads(text)
+    except ValueError:
         raise NotebookProblem("not a notebook: the file is not JSON") from None
-    except Exception as exc:   # nbformat's own errors: unknown version, missing keys
-        raise NotebookProblem(f"not a notebook: {str(exc).splitlines()[0] if str(exc) else exc}") \
-            from None
-    cells_node = node.get("cells")
-    if not isinstance(cells_node, list):
-        raise NotebookProblem("not a notebook: it has no list of cells")
+    major = _check_structure(raw)
+    node = raw
+    if major != 4:   # older formats are read through nbformat's conversion
+        try:
+            node = nbformat.convert(nbformat.reader.reads(text), 4)
+        except Exception:   # nbformat's own errors, or its code meeting a malformed file
+            raise NotebookProblem(f"not a notebook: nbformat cannot read it as version "
+                                  f"{major} and convert it") from None
+        if not isinstance(node.get("cells"), list):
+            raise NotebookProblem("not a notebook: it has no list of cells")
     cells: List[Cell] = []
     if _language(node) not in ("python", ""):
         return Notebook(path, text, [], "", {})
-    for index, cell in enumerate(cells_node):
+    for index, cell in enumerate(node["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
@@ -138,10 +138,73 @@ def parse_notebook(path: str, text: str) -> Notebook:
     return _assemble(path, text, cells, major == 4)
 
 
+def _check_structure(raw: object) -> int:
+    """The nbformat major version, after checking what tpf reads of a version 4 notebook;
+    a NotebookProblem naming the JSON path of the first thing that is wrong."""
+    def wrong(where: str, value: object, expected: str) -> NotebookProblem:
+        return NotebookProblem(f"not a notebook: {where} is {_kind(value)}, not {expected}")
+
+    if not isinstance(raw, dict):
+        raise NotebookProblem(f"not a notebook: the JSON is {_kind(raw)}, not an object")
+    major = raw.get("nbformat")
+    if not isinstance(major, int) or isinstance(major, bool):
+        raise (NotebookProblem("not a notebook: no nbformat version number") if major is None
+               else wrong("nbformat", major, "a version number"))
+    if major != 4:
+        return major
+    if "metadata" in raw and not isinstance(raw["metadata"], dict):
+        raise wrong("metadata", raw["metadata"], "an object")
+    cells = raw.get("cells")
+    if not isinstance(cells, list):
+        raise (NotebookProblem("not a notebook: it has no list of cells") if "cells" not in raw
+               else wrong("cells", cells, "a list"))
+    for index, cell in enumerate(cells):
+        _check_cell(index, cell, wrong)
+    return major
+
+
+def _check_cell(index: int, cell: object, wrong) -> None:
+    where = f"cells[{index}]"
+    if not isinstance(cell, dict):
+        raise wrong(where, cell, "an object")
+    kind = cell.get("cell_type")
+    if kind is None:
+        raise NotebookProblem(f"not a notebook: {where} has no cell_type")
+    if not isinstance(kind, str):
+        raise wrong(f"{where}.cell_type", kind, "a string")
+    if kind != "code":
+        return
+    if "source" not in cell:
+        raise NotebookProblem(f"not a notebook: {where} (a code cell) has no source")
+    source = cell["source"]
+    if isinstance(source, list):
+        for number, part in enumerate(source):
+            if not isinstance(part, str):
+                raise wrong(f"{where}.source[{number}]", part, "text")
+    elif not isinstance(source, str):
+        raise wrong(f"{where}.source", source, "text or a list of lines")
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
 def _language(node) -> str:
-    metadata = node.get("metadata") or {}
-    info = metadata.get("language_info") or {}
-    kernel = metadata.get("kernelspec") or {}
+    def table(parent, key):   # metadata is free-form: anything but an object counts as absent
+        value = parent.get(key) if isinstance(parent, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    info, kernel = table(table(node, "metadata"), "language_info"), \
+        table(table(node, "metadata"), "kernelspec")
     language = info.get("name") or kernel.get("language") or ""
     return str(language).lower()
 
@@ -182,7 +245,7 @@ def _parse_problem(source: str) -> str:
     try:
         _tree(source, "<cell>")
     except SyntaxError as exc:
-        return f"syntax error: {exc.msg} (line {exc.lineno})"
+        return f"syntax error: {exc.msg}" + (f" (line {exc.lineno})" if exc.lineno else "")
     except (ValueError, RecursionError, MemoryError) as exc:
         return f"cannot parse: {exc}"
     return ""
@@ -465,17 +528,73 @@ def split_fixed_module(notebook: Notebook, fixed: str) -> Dict[int, List[str]]:
     if list(parts) != [c.number for c in notebook.cells]:
         raise NotebookProblem("a fix moved code across cells; nothing written")
     if above and notebook.cells:
-        parts[notebook.cells[0].number][:0] = above
+        _place_added_lines(notebook, parts, above, 0)
+    for position, cell in enumerate(notebook.cells):
+        added = _added_on_top(cell, parts[cell.number])
+        if added:   # an import LibCST put after the header comment, above a cell magic
+            parts[cell.number] = parts[cell.number][len(added):]
+            _place_added_lines(notebook, parts, added, position)
     changed: Dict[int, List[str]] = {}
     for cell in notebook.cells:
         new = parts[cell.number]
-        old = _terminated(cell.neutral)
+        old = _module_lines(cell)
         if new == old:
             continue
         if not cell.parses:
             raise NotebookProblem(f"a fix changed cell {cell.number}, which does not parse")
         changed[cell.number] = _restore(cell, old, new)
     return changed
+
+
+def _module_lines(cell: Cell) -> List[str]:
+    """The cell's lines as they stand in the joined module (blank when it does not parse)."""
+    lines = _terminated(cell.neutral)
+    return lines if cell.parses else ["\n"] * len(lines)
+
+
+# Cell magics that run their body in the notebook's namespace: an import there is kept.
+NAMESPACE_CELL_MAGICS = frozenset({"time", "capture"})
+
+
+def _added_on_top(cell: Cell, new: List[str]) -> List[str]:
+    """Lines a fix put at the very top of a cell that cannot take them there (a cell
+    magic's first line, a cell that does not parse); [] otherwise."""
+    old = _module_lines(cell)
+    extra = len(new) - len(old)
+    if extra <= 0 or new[extra:] != old or (cell.parses and not _cell_magic(cell)):
+        return []
+    return new[:extra]
+
+
+def _place_added_lines(notebook: Notebook, parts: Dict[int, List[str]],
+                       above: List[str], start: int) -> None:
+    """Lines a fix put above the first cell (`import torch`) go where IPython runs them
+    before any other Python: into the first cell whose body is Python, after its cell magic
+    line when it has one (`%%time`, `%%capture`: a cell magic must stay the first line). A
+    cell magic that keeps no names (`%%timeit`) or runs no Python (`%%bash`) is passed
+    over, unless the fix changed that cell (then the import would come too late)."""
+    for cell in notebook.cells[start:]:
+        magic = _cell_magic(cell)
+        if not cell.parses or (magic and magic not in NAMESPACE_CELL_MAGICS):
+            if parts[cell.number] != _module_lines(cell):
+                raise NotebookProblem(f"a fix needs {above[0].strip()!r} before cell "
+                                      f"{cell.number}, whose %%{magic} would not keep it; "
+                                      f"nothing written")
+            continue
+        at = 0
+        if magic:
+            at = next(i for i, line in enumerate(cell.original) if line.strip()) + 1
+        parts[cell.number][at:at] = above
+        return
+    raise NotebookProblem("a fix needs an import, and no cell runs plain Python; "
+                          "nothing written")
+
+
+def _cell_magic(cell: Cell) -> str:
+    """The cell magic's name (`time` for `%%time`), or ''."""
+    first = next((line for line in cell.original if line.strip()), "")
+    match = re.match(r"\s*%%\s*(\w*)", first)
+    return match.group(1) if match else ""
 
 
 def _restore(cell: Cell, old: List[str], new: List[str]) -> List[str]:

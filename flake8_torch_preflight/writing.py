@@ -1,58 +1,120 @@
 """Writing users' files: atomically, only inside the tree we were given, one line per failure.
 
-`tpf fix` and `tpf check -o` are the only writers. A fix is written to a temporary file in the
-target's own folder (same file system, so the rename is atomic), flushed to disk, given the
-original's permission bits, and moved over the original with `os.replace`: a crash or a full
-disk leaves either the old file or the new one, never half of each. A symlink is followed
-only when its target lies inside the tree named on the command line; the link itself is kept.
+`tpf fix`, `tpf check -o` and the baseline are the only writers. A file is written to a
+temporary file in the target's own folder (same file system, so the rename is atomic),
+flushed to disk, given the original's permission bits (a new file: what the umask allows,
+as `open` would create it), and moved over the original with `os.replace`: a crash or a full
+disk leaves either the old file or the new one, never half of each. Just before the rename a
+fixed file is compared with what was read (size, modification time, SHA-256 of the content);
+if it changed meanwhile (an editor saved it while `tpf fix` worked) it is left as it is, with
+a message. A symlink is followed only when its target lies inside the tree named on the
+command line; the link itself is kept. Every message names the file.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 
 class WriteProblem(Exception):
-    """A file we will not or cannot write: one line for the user; the run goes on."""
+    """A file we will not or cannot write: one line for the user, naming it; the run goes on."""
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace `path`'s contents with `data`, keeping its mode; raises WriteProblem."""
+@dataclass(frozen=True)
+class Snapshot:
+    """What a file was when it was read: compared again just before it is replaced."""
+    size: int
+    mtime_ns: int
+    digest: str
+
+    @classmethod
+    def of(cls, status: os.stat_result, data: bytes) -> "Snapshot":
+        return cls(status.st_size, status.st_mtime_ns, hashlib.sha256(data).hexdigest())
+
+
+def atomic_write(path: str, data: bytes, display: Optional[str] = None,
+                 expected: Optional[Snapshot] = None) -> None:
+    """Replace `path`'s contents with `data`, keeping its mode; raises WriteProblem naming
+    `display` (default `path`). With `expected`, the file must still be what was read."""
+    name = display or path
     folder = os.path.dirname(os.path.abspath(path))
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         mode = None
     except OSError as exc:
-        raise WriteProblem(f"cannot write: {_reason(exc)}") from None
+        raise WriteProblem(f"{name}: cannot write: {_reason(exc)}") from None
     if mode is not None and (not mode & stat.S_IWUSR or not os.access(path, os.W_OK)):
         # a read-only file stays so: replacing it through its folder would bypass that (and
         # root passes every os.access test)
-        raise WriteProblem("cannot write: the file is read-only")
+        raise WriteProblem(f"{name}: cannot write: the file is read-only")
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
                                              suffix=".tpf-tmp")
     except OSError as exc:
-        raise WriteProblem(f"cannot write: {_reason(exc)}") from None
+        raise WriteProblem(f"{name}: cannot write: {_reason(exc)}") from None
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)
+        os.chmod(temporary, mode if mode is not None else new_file_mode())
+        if expected is not None and _changed_since(path, expected):
+            _remove_quietly(temporary)
+            raise WriteProblem(f"{name}: not written: the file changed on disk while tpf "
+                               f"worked on it; run tpf again")
         os.replace(temporary, path)
     except OSError as exc:
         _remove_quietly(temporary)
-        raise WriteProblem(f"cannot write: {_reason(exc)}") from None
+        raise WriteProblem(f"{name}: cannot write: {_reason(exc)}") from None
     except BaseException:
         _remove_quietly(temporary)
         raise
 
 
-def write_target(path: str, root: str) -> str:
+def _changed_since(path: str, expected: Snapshot) -> bool:
+    try:
+        status = os.stat(path)
+        if (status.st_size, status.st_mtime_ns) != (expected.size, expected.mtime_ns):
+            return True
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest() != expected.digest
+    except OSError:   # gone or unreadable now: not what we read
+        return True
+
+
+def new_file_mode() -> int:
+    """The mode `open(path, "w")` gives a new file: 0o666 less the process's umask."""
+    current = os.umask(0o022)   # the only way to read it is to set it (and set it back)
+    os.umask(current)
+    return 0o666 & ~current
+
+
+def check_writable(path: str) -> None:
+    """Before a run: `path` can be created or replaced (its folder exists and takes a new
+    file; an existing file is a writable regular file). Raises WriteProblem naming it."""
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise WriteProblem(f"{path}: is a folder, not a file")
+    if not os.path.isdir(folder):
+        raise WriteProblem(f"{path}: the folder {os.path.dirname(path) or '.'} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise WriteProblem(f"{path}: cannot write: the folder "
+                           f"{os.path.dirname(path) or '.'} is not writable")
+    if os.path.lexists(target):
+        mode = os.stat(target).st_mode
+        if not stat.S_ISREG(mode):
+            raise WriteProblem(f"{path}: not a regular file")
+        if not mode & stat.S_IWUSR or not os.access(target, os.W_OK):
+            raise WriteProblem(f"{path}: cannot write: the file is read-only")
+
+
+def write_target(path: str, root: str, display: Optional[str] = None) -> str:
     """The real file to write for `path`, found under the command-line argument `root`.
 
     A symlink (to the file, or to a folder on the way) is followed only when what it points
@@ -62,7 +124,8 @@ def write_target(path: str, root: str) -> str:
     real = os.path.realpath(path)
     tree = os.path.realpath(root if os.path.isdir(root) else os.path.dirname(root) or ".")
     if not _inside(real, tree):
-        raise WriteProblem(f"not written: it is a symlink to {real}, outside {root}")
+        raise WriteProblem(f"{display or path}: not written: it is a symlink to {real}, "
+                           f"outside {root}")
     return real
 
 
@@ -76,11 +139,7 @@ def _inside(path: str, folder: str) -> bool:
 def check_output_path(output: str, inputs: Iterable[str]) -> None:
     """`-o FILE` must be writable and must not be one of the files being checked."""
     target = os.path.realpath(output)
-    if os.path.isdir(target):
-        raise WriteProblem(f"{output}: is a folder, not a file")
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise WriteProblem(f"{output}: the folder {os.path.dirname(output) or '.'} does not exist")
+    check_writable(output)
     for path in inputs:
         if path != "-" and os.path.realpath(path) == target:
             raise WriteProblem(f"{output}: is one of the files being checked; "

@@ -130,15 +130,16 @@ def test_declared_encoding_is_honoured(project):
 
 
 def test_unreadable_file(project, monkeypatch, capsys):
-    real_open = open
+    import os
+    real_open = os.open
 
-    def deny(path, *args, **kwargs):
+    def deny(path, *args, **kwargs):   # tpf reads with os.open (never blocking on a FIFO)
         if str(path).endswith("train.py"):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *args, **kwargs)
 
     monkeypatch.chdir(project)
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr("os.open", deny)
     assert cli.main(["check", "--isolated", "--jobs", "1", "train.py"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "tpf: error: train.py: cannot read: Permission denied"
