@@ -400,7 +400,10 @@ class FlowAnalyzer:
 
     def expr_Name(self, node: ast.Name) -> Value:
         if self.known(node.id):
-            return self.lookup(node.id)
+            value = self.lookup(node.id)
+            if self.func is not None and value.has(V.CONTAINER) and not self.is_local(node.id):
+                return self.filled(node, value)   # a module's or enclosing function's list
+            return value
         func = self.a.index.function_named(node.id, self.func)
         return Value(node=FunctionRef(func)) if func is not None else UNKNOWN
 
@@ -420,7 +423,9 @@ class FlowAnalyzer:
                 and self.func.cls is not None:
             attr = self.a.class_attr(self.func.cls, text)
             if attr is not None:
-                return attr
+                # a container kept on the object: what another method reads from it is
+                # what this class stores there (the proof of a fix follows it by its key)
+                return self.filled(node, attr) if attr.has(V.CONTAINER) else attr
         base = self.expr(node.value)
         return semantics.read_attribute(Access(node, base, node.attr)) or UNKNOWN
 

@@ -40,10 +40,26 @@ def parameter_value(func, index: int, name: str) -> Value:
         if func.cls.is_module:
             tags.add(V.MODULE)
     else:
-        kind = next((kind for says, kind in PARAMETER_KINDS if says(name)), None)
-        if kind is not None and not (kind in _CALLED_KINDS and _callers_pass_factories(func, index)):
-            tags |= {kind, V.BY_NAME}
+        if _annotated_module(func, name):
+            tags.add(V.MODULE)    # `teacher: nn.Module`: declared, not guessed
+        else:
+            kind = next((kind for says, kind in PARAMETER_KINDS if says(name)), None)
+            if kind is not None and not (kind in _CALLED_KINDS and _callers_pass_factories(func, index)):
+                tags |= {kind, V.BY_NAME}
     return Value(tags=frozenset(tags), params=frozenset({index}), cls=cls)
+
+
+def _annotated_module(func, name: str) -> bool:
+    """The parameter is annotated with `nn.Module` or a `torch.nn` layer class."""
+    home = func.home
+    args = getattr(func.node, "args", None)
+    if home is None or args is None:
+        return False
+    for arg in args.posonlyargs + args.args + args.kwonlyargs:
+        if arg.arg == name and arg.annotation is not None:
+            qual = home.imports.qualname(arg.annotation) or ""
+            return qual == "torch.nn.Module" or api.is_torch_nn_class(qual)
+    return False
 
 
 def _callers_pass_factories(func, index: int) -> bool:
