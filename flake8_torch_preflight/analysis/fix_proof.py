@@ -85,10 +85,10 @@ class _Uses:
         self.consumed: Dict[str, str] = {}   # key -> the first use that may need its graph
         self.returned: Dict[str, str] = {}   # key -> how it is handed to callers
 
-    def add(self, value: Value, why: str, returned: bool = False) -> None:
+    def add(self, value: Value, why: str, returned: bool = False, into: str = "") -> None:
         table = self.returned if returned else self.consumed
         for key in value.containers:
-            if carries(value, key):
+            if key != into and carries(value, key):
                 table.setdefault(key, why)
 
 
@@ -98,16 +98,20 @@ def _container_uses(analysis) -> _Uses:
     every = list(analysis.all_facts())
     escaping = _escaping_parameters(analysis, every)
     for facts in every:
-        for value, why in _consumers(analysis, facts, escaping):
+        for value, why in _consumers(analysis, facts, escaping, stores=False):
             uses.add(value, why)
+        for value, why, into in object_stores(analysis, facts):
+            uses.add(value, why, into=into)
         returned = _handed_to_callers(analysis, facts)
         if returned is not None:
             uses.add(facts.returns, returned, returned=True)
     return uses
 
 
-def _consumers(analysis, facts: FunctionFacts, escaping) -> Iterator[Tuple[Value, str]]:
-    """(value, how it reaches a gradient consumer) for every such use in `facts`."""
+def _consumers(analysis, facts: FunctionFacts, escaping,
+               stores: bool = True) -> Iterator[Tuple[Value, str]]:
+    """(value, how it reaches a gradient consumer) for every such use in `facts` (with
+    `stores`, the values put on objects too)."""
     for backward in facts.backwards:
         yield backward.value, f"reaches the backward at line {backward.site.line}"
     for call in facts.calls:
@@ -123,7 +127,8 @@ def _consumers(analysis, facts: FunctionFacts, escaping) -> Iterator[Tuple[Value
             if position is None or position in wanted:
                 yield value, (f"is handed to `{call.callee.name}()` at line {call.site.line}, "
                               f"which passes it on to a gradient consumer")
-    yield from object_stores(analysis, facts)
+    for value, why, _into in object_stores(analysis, facts) if stores else ():
+        yield value, why
 
 
 def _consuming_call(facts: FunctionFacts, call) -> Optional[str]:
@@ -139,26 +144,43 @@ def _consuming_call(facts: FunctionFacts, call) -> Optional[str]:
 
 
 @per_file("fix_proof_object_stores")
-def object_stores(analysis, facts: FunctionFacts) -> List[Tuple[Value, str]]:
-    """Values put on an object (`self.x = v`, `obj.buf.append(v)`, `yield v`): another
-    method or the generator's consumer may read them, where the flow is not followed."""
-    return list(_object_stores(facts)) if facts.func is not None else []
+def object_stores(analysis, facts: FunctionFacts) -> List[Tuple[Value, str, str]]:
+    """(value, how, the key of the container written) for values put on an object
+    (`self.x = v`, `obj.buf.append(v)`, `yield v`): another method or the generator's
+    consumer may read them. What another method of the class reads from `self.x` carries
+    `self.x`'s key (the interpreter marks it), so only the store's own container is exempt."""
+    if facts.func is None:
+        return []
+    return [(value, why, _key_of(facts.func, target)) for value, why, target in _object_stores(facts)]
 
 
-def _object_stores(facts: FunctionFacts) -> Iterator[Tuple[Value, str]]:
+def _key_of(func, target: Optional[ast.AST]) -> str:
+    """The container key the interpreter gives `target` (`Trainer.self.history`)."""
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    text = dotted(target) if target is not None else None
+    if text is None:
+        return ""
+    if text.startswith("self.") and func.cls is not None:
+        return f"{func.cls.name}.{text}"
+    return f"{func.qualname}:{text}"
+
+
+def _object_stores(facts: FunctionFacts) -> Iterator[Tuple[Value, str, Optional[ast.AST]]]:
     func = facts.func
     for node in _own_nodes(func.node):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             kept = next((t for t in targets if _on_object(t)), None)
             if kept is not None:
-                yield facts.value(node.value), f"is stored on `{short(kept)}` at line {node.lineno}"
+                yield facts.value(node.value), f"is stored on `{short(kept)}` at line {node.lineno}", kept
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _STORING_METHODS and _on_object(node.func.value):
             for arg in node.args:
-                yield facts.value(arg), f"is stored on `{short(node.func.value)}` at line {node.lineno}"
+                yield facts.value(arg), f"is stored on `{short(node.func.value)}` at line {node.lineno}", \
+                    node.func.value
         elif isinstance(node, (ast.Yield, ast.YieldFrom)) and node.value is not None:
-            yield facts.value(node.value), f"is yielded at line {node.lineno}"
+            yield facts.value(node.value), f"is yielded at line {node.lineno}", None
 
 
 def _on_object(target: ast.AST) -> bool:
@@ -240,12 +262,17 @@ def function_premise(analysis, func, seen=None) -> Optional[str]:
         return f"`{func.name}()` or a helper it calls differentiates"
     facts = analysis.facts_for(func)
     for call in facts.calls:
+        # a module given to a call, or a value that may carry a graph (also as the receiver
+        # of a method: `model.load_state_dict(sd)` needs no gradient of `model`)
+        given = call.args + call.kwargs
         if call.unseen and (call.qualname or "").split(".", 1)[0] not in \
-                api.NON_DIFFERENTIATING_PACKAGES and any(_may_need_grad(v) for v in call.passed):
+                api.NON_DIFFERENTIATING_PACKAGES and (
+                    any(_may_need_grad(v) for v in given)
+                    or call.receiver is not None and call.receiver.grad):
             return (f"the model or its output reaches `{short(call.node)}` at line "
                     f"{call.site.line}, which the analysis cannot see into and which may "
                     f"need gradients")
-    for value, why in object_stores(analysis, facts):
+    for value, why, _into in object_stores(analysis, facts):
         if value.grad:
             why = why.replace("is stored", "an output that may carry a graph is stored", 1)
             return why.replace("is yielded", "an output that may carry a graph is yielded", 1)

@@ -194,8 +194,11 @@ def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) ->
     summary returned (a module class of the file) with the module's known activation,
     `inputs` the arguments' values."""
     line = node.lineno
-    if module.has(V.PARAMETER_FREE) and V.computed_without_graph(inputs):
-        return derived(inputs, V.TENSOR)   # `nn.Upsample()(torch.randn(...))`: no graph
+    if module.has(V.PARAMETER_FREE) and (V.computed_without_graph(inputs)
+                                         or any(v.grad for v in inputs)):
+        # a layer with no parameters passes on its input's graph, and makes none of its own
+        # on a detached or fresh input (`nn.Upsample()(torch.randn(...))`)
+        return derived(inputs, V.TENSOR)
     tags = {V.TENSOR} | (result.tags & V.ACTIVATION_TAGS) | (module.tags & {V.BY_NAME})
     if not tags & V.ACTIVATION_TAGS:
         tags.add(V.LOGITS)
