@@ -40,14 +40,18 @@ for x, y in loader:
 ```
 
 ## Fix safety
-Safe: appending `.detach()` to the stored expression keeps the value on its device and only
-drops the graph. The message suggests `.item()` only outside hot training loops, since
-`.item()` waits for the GPU (see TPF010). `tpf fix` applies it only where the analysis
-proves nothing later needs the graph: when the container (or what is read back from it)
-is passed to a call the analysis cannot see into (a function of another package, a method
-of an object of unknown kind) or is returned to callers, the finding stays and says why
-it is not fixed automatically. Tuples, lists and dicts stored whole, dict `update`s and
-values that may not be tensors are left for a human.
+Safe where proven: appending `.detach()` to the stored expression keeps the value on its
+device and only drops the graph. `tpf fix` applies it only where the analysis proves both
+premises of `analysis/fix_proof.py`: the stored value is one tensor, made by a torch
+operation or by a module or loss the file builds or resolves (not a Python number, a tuple,
+a container, a module or a class, nor the output of a parameter known as a model or a loss
+only by its name); and nothing made from the container reaches a backward, a loss, a call
+the analysis cannot see into (positional, by keyword, `*`/`**`-unpacked, or as the
+receiver), a helper of the project that hands it on, an attribute of an object, a `yield`,
+or a return to callers outside the file (allowed when a backward of the same iteration
+already ran through the stored graph). Otherwise the finding stays and its fix text names
+the premise that failed. The message suggests `.item()` only outside hot training loops,
+since `.item()` waits for the GPU (see TPF010).
 
 ## Known limits
 Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
@@ -64,7 +68,18 @@ a function that steps the optimizer after it, or by a `for _ in range(grad_accum
 (one step's micro-batches, also with a DeepSpeed `engine.step()` inside), for iterative updates
 whose added term is computed from the accumulator itself (`x = x + dt * model(x)`: samplers,
 ODE steps), when every in-file caller runs the function under `no_grad`, and inside pytest
-`test_*` functions. `torch.autograd.grad(loss, ...)` consumes like a backward, also through
+`test_*` functions. A value carries a graph when the code proves it, and names only break
+ties: a helper that returns `loss_fn(out, y).detach().item()` returns a number whatever it
+is given, a helper's return under the caller's `no_grad` carries no graph, a loss of a
+detached prediction and a parameter-free `torch.nn` layer (`nn.Upsample`, pooling,
+activations) on a detached or fresh (`torch.randn`) input make none, and a parameter named
+`model`, `module` or `criterion` that every caller in the file fills with a class, a
+`functools.partial` or a lambda holds a constructor (calling it runs no forward); with no
+caller in the file the name decides. Quiet, too, for pieces of graphs made before the loop in
+the function's own body (`for part in torch.chunk(feats, n)`), for dict entries keyed by a
+short inner loop whose enclosing iteration runs a backward (`for k in keys: feats[k] = ...`
+in a micro-step), and when the function is only called under `no_grad` up to three calls
+away. `torch.autograd.grad(loss, ...)` consumes like a backward, also through
 helpers that differentiate what they are passed. Overwriting an attribute each
 iteration (`self.last_loss = loss`) keeps one graph, not one per step, and is not reported;
 `self.total = self.total + loss` is. Values whose origin the analysis cannot see (a call into

@@ -36,13 +36,15 @@ def evaluate(model, val_loader):
 ```
 
 ## Fix safety
-Safe for functions named as evaluation: `@torch.no_grad()` only stops recording. Elsewhere
-the fix is a `with torch.no_grad():` block placed by hand. `tpf fix` decorates only when the
-function, and every helper of the file it calls, asks for no gradient: a function that
-calls `torch.autograd.grad` (input-gradient saliency, adversarial evaluation) or runs a
-backward is not reported at all, and one that hands the model or its outputs to a call the
-analysis cannot see into (an attack from another package) keeps its finding, with the
-reason it is not fixed automatically.
+Safe for functions named as evaluation, where proven: `@torch.no_grad()` only stops
+recording. Elsewhere the fix is a `with torch.no_grad():` block placed by hand. `tpf fix`
+decorates only when the proof of `analysis/fix_proof.py` holds for the function and every
+helper of the file it calls: it differentiates nothing (a function that calls
+`torch.autograd.grad` or runs a backward is not reported at all), hands no module and no
+value that may carry a graph to a call the analysis cannot see into (an attack from another
+package), stores no such value on an object, and returns none to callers outside the file
+or to an in-file caller that differentiates. Otherwise the finding stays, and its fix text
+names the premise that failed.
 
 ## Known limits
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
