@@ -249,11 +249,13 @@ def arguments(facts: FunctionFacts, call) -> Iterator[Tuple[Optional[int], Value
 
 
 # ---------------------------------------------------------------------- no_grad on a function
-def function_premise(analysis, func, seen=None) -> Optional[str]:
+def function_premise(analysis, func, seen=None, helper: bool = False) -> Optional[str]:
     """None when turning autograd off in `func` changes nothing a gradient consumer gets:
     it differentiates nothing (nor do its helpers), and what it computes reaches no call the
     analysis cannot see into, no object store, no return to a caller that differentiates or
-    to callers outside the file. Else the premise that failed."""
+    to callers outside the file. Else the premise that failed. (For a `helper` it calls,
+    what the helper returns comes back to `func` and is judged there: its other callers
+    keep their grad mode.)"""
     seen = set() if seen is None else seen
     if func in seen:
         return None
@@ -276,11 +278,11 @@ def function_premise(analysis, func, seen=None) -> Optional[str]:
         if value.grad:
             why = why.replace("is stored", "an output that may carry a graph is stored", 1)
             return why.replace("is yielded", "an output that may carry a graph is yielded", 1)
-    returned = _return_needing_graph(analysis, facts)
+    returned = None if helper else _return_needing_graph(analysis, facts)
     if returned is not None:
         return returned
     for local in facts.local_calls:
-        found = function_premise(analysis, local.callee, seen)
+        found = function_premise(analysis, local.callee, seen, helper=True)
         if found is not None:
             return found
     return None
