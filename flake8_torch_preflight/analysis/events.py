@@ -73,6 +73,15 @@ class CallSite:
     # The callee is nothing the analysis can see into (a function of another package, a
     # method of an object of unknown kind): what it does with its arguments is unknown.
     unseen: bool = False
+    # the values passed by keyword, `**mapping` included (`loss(**inputs)` hands over every
+    # value of `inputs`)
+    kwargs: Tuple[Value, ...] = ()
+
+    @property
+    def passed(self) -> Tuple[Value, ...]:
+        """Every value the call hands to its callee: arguments, keywords, the receiver."""
+        receiver = (self.receiver,) if self.receiver is not None else ()
+        return self.args + self.kwargs + receiver
 
 
 @dataclass(frozen=True)

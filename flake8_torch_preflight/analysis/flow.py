@@ -410,7 +410,10 @@ class FlowAnalyzer:
 
     def expr_Name(self, node: ast.Name) -> Value:
         if self.known(node.id):
-            return self.lookup(node.id)
+            value = self.lookup(node.id)
+            if self.func is not None and value.has(V.CONTAINER) and not self.is_local(node.id):
+                return self.filled(node, value)   # a module's or enclosing function's list
+            return value
         func = self.a.index.function_named(node.id, self.func)
         return Value(node=FunctionRef(func)) if func is not None else UNKNOWN
 
@@ -430,7 +433,9 @@ class FlowAnalyzer:
                 and self.func.cls is not None:
             attr = self.a.class_attr(self.func.cls, text)
             if attr is not None:
-                return attr
+                # a container kept on the object: what another method reads from it is
+                # what this class stores there (the proof of a fix follows it by its key)
+                return self.filled(node, attr) if attr.has(V.CONTAINER) else attr
         base = self.expr(node.value)
         return semantics.read_attribute(Access(node, base, node.attr)) or UNKNOWN
 
@@ -444,7 +449,7 @@ class FlowAnalyzer:
         if base.has(V.MODULE):
             return Value.of(V.MODULE)  # nn.Sequential / ModuleList indexing
         return Value(tags=base.tags & {V.TENSOR, V.PYSCALAR}, containers=base.containers,
-                     params=base.params)
+                     params=base.params, graph_params=base.graph_params)
 
     def expr_BinOp(self, node: ast.BinOp) -> Value:
         # A long sum (`a + b + c + ...`, generated code) nests to the left as deep as it is
@@ -456,6 +461,8 @@ class FlowAnalyzer:
         value = self.expr(node)
         for binop in reversed(spine):
             value = self.binop(binop, value, self.expr(binop.right))
+            if self.no_grad and value.grad and not value.leaf:
+                value = value.no_graph(V.TENSOR)   # arithmetic under no_grad records nothing
             if self.recording and binop is not spine[0]:   # `expr` records the outermost
                 self.facts.values[id(binop)] = value
         return value
@@ -475,7 +482,9 @@ class FlowAnalyzer:
             return derived([left, right])
         if left.has(V.CONTAINER) or right.has(V.CONTAINER):
             return join(left, right)
-        return Value(tags=_arithmetic_tags(left, right), params=left.params | right.params)
+        both = join(left, right)
+        return Value(tags=_arithmetic_tags(left, right), params=both.params,
+                     graph_params=both.graph_params)
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         operand = self.expr(node.operand)
@@ -505,7 +514,8 @@ class FlowAnalyzer:
         base = join_all(items)
         return Value(grad=base.grad, leaf=base.leaf, graphs=base.graphs, origin=base.origin,
                      tags=(base.tags & V.ACTIVATION_TAGS) | {V.CONTAINER},
-                     containers=base.containers, params=base.params, elements=items)
+                     containers=base.containers, params=base.params,
+                     graph_params=base.graph_params, elements=items)
 
     expr_List = expr_Tuple
 
@@ -555,16 +565,19 @@ class FlowAnalyzer:
         method = func.attr if isinstance(func, ast.Attribute) else None
         receiver = self.expr(func.value) if method is not None and qual is None else None
         args = tuple(self.expr(a) for a in node.args)
-        kwargs = {kw.arg: self.expr(kw.value) for kw in node.keywords}
+        keyword_values = tuple(self.expr(kw.value) for kw in node.keywords)
+        kwargs = {kw.arg: value for kw, value in zip(node.keywords, keyword_values)}
         call = Call(node, qual, method, receiver or UNKNOWN, args, kwargs, self)
         self.unseen_call = False
         result = self.call(call)
         opaque = self.unseen_call
         if self.no_grad and result.grad and not result.leaf:
             result = result.no_graph(V.TENSOR)
+        elif self.no_grad and result.flowing_params:
+            result = result.graph_cut()   # a helper's return under the caller's no_grad
         if self.recording:
             self.facts.calls.append(CallSite(self.site(node), node, qual, method, receiver,
-                                             args, result, opaque))
+                                             args, result, opaque, keyword_values))
         return result
 
     def call(self, call: Call) -> Value:
@@ -777,6 +790,11 @@ def _bind_arguments(func, args, kwargs, receiver) -> Dict[int, Value]:
     for name, value in kwargs.items():
         if name in func.params:
             bound[func.params.index(name)] = value
+    # `f(**inputs)`: any parameter not bound otherwise may receive one of its values
+    unpacked = kwargs.get(None)
+    if unpacked is not None:
+        for position in range(offset, len(func.params)):
+            bound.setdefault(position, unpacked.contents())
     return bound
 
 

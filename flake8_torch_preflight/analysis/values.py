@@ -45,6 +45,15 @@ RECIPROCAL = "reciprocal"    # `1 / k`
 COUNTER_COND = "counter_cond"  # a test of the form `step % k == 0`
 MODULO = "modulo"            # `step % k`: a counter, when tested
 ACTIVATION_MODULE = "activation_module"  # nn.Softmax() & co; see `activation`
+# A kind known only from a name (a parameter called `model`, `criterion`): names break ties,
+# they prove nothing. What such an object returns is not proven a tensor (a fix that calls
+# a tensor method on it is not applied).
+BY_NAME = "by_name"
+PARAMETER_FREE = "parameter_free"  # a torch.nn module that holds no parameters (nn.Upsample)
+# Proven cut from every graph: a graph breaker's result (`.detach()`, `.item()`), a value
+# computed under `no_grad`, a tensor constructor's (`torch.randn`). A tensor without `grad`
+# but without this tag is only not known to carry a graph.
+DETACHED = "detached"
 
 # Set by `join` when the joined values disagree on their activation (`x if self.training
 # else x.softmax(1)`, softmax on one branch only): rules that need the activation for sure
@@ -52,9 +61,9 @@ ACTIVATION_MODULE = "activation_module"  # nn.Softmax() & co; see `activation`
 ACTIVATION_UNSURE = "activation_unsure"
 ACTIVATION_TAGS = frozenset({SOFTMAX, LOG_SOFTMAX, SIGMOID, LOGITS, ACTIVATION_UNSURE})
 # What a computation on tensors keeps of its inputs' tags (`derived`).
-_DERIVED_TAGS = frozenset({TENSOR, DIVIDED, LOSS})
+_DERIVED_TAGS = frozenset({TENSOR, DIVIDED, LOSS, BY_NAME, DETACHED})
 # What flows back out of a call from the arguments a summary's return depends on.
-_THROUGH_CALL_TAGS = ACTIVATION_TAGS | {TENSOR, LOSS, DIVIDED}
+_THROUGH_CALL_TAGS = ACTIVATION_TAGS | {TENSOR, LOSS, DIVIDED, BY_NAME}
 
 # A value that joins the graphs of many statements (a list appended to on every line of a
 # long loop body) stops counting them: past this many it may share a graph with anything.
@@ -128,6 +137,11 @@ class Value:
     tags: FrozenSet[str] = frozenset()
     containers: FrozenSet[str] = frozenset()  # container keys whose contents flowed here
     params: FrozenSet[int] = frozenset()  # parameter positions it depends on (summaries)
+    # The positions among `params` whose graph may flow into this value (None: all of them).
+    # A graph breaker (`.detach()`, `.item()`) or `torch.no_grad()` keeps the dependency (a
+    # container's flow, a division) but cuts the graph: `def f(x): return x.detach()` gives
+    # its callers no graph, whatever they pass.
+    graph_params: Optional[FrozenSet[int]] = None
     cls: Optional[object] = None          # ClassInfo for instances of a class in the file
     node: Optional[object] = None         # the constructing ast.Call (DataLoader, sampler…)
     elements: Optional[Tuple["Value", ...]] = None  # tuple results (prepare(), enumerate())
@@ -148,7 +162,8 @@ class Value:
         base = inputs or UNKNOWN
         return Value(grad=True, leaf=leaf, graphs=union_graphs(frozenset({line}), base.graphs),
                      origin=Origin(line, node), tags=frozenset(tags),
-                     containers=base.containers, params=base.params)
+                     containers=base.containers, params=base.params,
+                     graph_params=base.graph_params)
 
     # ------------------------------------------------------------------ queries
     def has(self, tag: str) -> bool:
@@ -167,6 +182,18 @@ class Value:
     def is_tensor_like(self) -> bool:
         return self.grad or TENSOR in self.tags
 
+    @property
+    def flowing_params(self) -> FrozenSet[int]:
+        """The parameter positions whose graph may flow into this value."""
+        return self.params if self.graph_params is None else self.graph_params
+
+    @property
+    def graph_free(self) -> bool:
+        """Proven to carry no graph here or from a caller: a tensor made without one (a
+        constructor, a batch, a detached value) or a host value, with no parameter whose
+        graph flows in. A value of unknown kind is not graph-free: nothing is known of it."""
+        return not self.grad and not self.flowing_params and bool(self.tags & {DETACHED, PYSCALAR, TEXT})
+
     # ------------------------------------------------------------------ changes
     def with_tags(self, *add: str, drop: FrozenSet[str] = frozenset()) -> "Value":
         return _replace(self, tags=(self.tags - drop) | frozenset(add))
@@ -183,18 +210,28 @@ class Value:
     def no_graph(self, *add: str) -> "Value":
         """The same object seen through a graph breaker: only its flow (containers, params)
         and its non-activation tags survive."""
-        return Value(tags=(self.tags - ACTIVATION_TAGS - {LOSS, DIVIDED}) | frozenset(add),
-                     containers=self.containers, params=self.params)
+        return Value(tags=(self.tags - ACTIVATION_TAGS - {LOSS, DIVIDED}) | frozenset(add) | {DETACHED},
+                     containers=self.containers, params=self.params, graph_params=frozenset())
+
+    def graph_cut(self) -> "Value":
+        """The same object computed with autograd off (`with torch.no_grad():` around a call of
+        a helper): no graph, and none flows in from the parameters it depends on."""
+        if not self.grad and not self.flowing_params:
+            return self
+        return _replace(self, grad=False, leaf=False, graphs=frozenset(), origin=None,
+                        graph_params=frozenset(), tags=self.tags | {DETACHED})
 
     def host_number(self) -> "Value":
         """`.item()`, `.tolist()`: a host value, no longer a tensor at all."""
-        return Value(tags=frozenset({PYSCALAR}), containers=self.containers, params=self.params)
+        return Value(tags=frozenset({PYSCALAR}), containers=self.containers, params=self.params,
+                     graph_params=frozenset())
 
     def activated(self, tag: str) -> "Value":
         """`softmax(x)` & co: `x`'s graph and flow, holding the activation `tag`."""
         return Value(grad=self.grad, graphs=self.graphs, origin=self.origin,
                      tags=(self.tags - ACTIVATION_TAGS - {CONTAINER}) | {tag, TENSOR},
-                     containers=self.containers, params=self.params)
+                     containers=self.containers, params=self.params,
+                     graph_params=self.graph_params)
 
     def contents(self) -> "Value":
         """What reading an element of this container gives (itself, if not a container)."""
@@ -216,7 +253,7 @@ class Value:
     def as_attribute(self) -> "Value":
         """What `self.x` holds as seen from another method: the object, without the flow
         facts (containers, parameters) of the method that bound it."""
-        return _replace(self, containers=frozenset(), params=frozenset())
+        return _replace(self, containers=frozenset(), params=frozenset(), graph_params=None)
 
     def seen_from(self, node) -> "Value":
         """A value made in another file, as the file that called for it (at `node`) sees it:
@@ -232,7 +269,7 @@ class Value:
 
     def without_params(self) -> "Value":
         """A summary's return value at a call site that passes nothing it depends on."""
-        return _replace(self, params=frozenset()) if self.params else self
+        return _replace(self, params=frozenset(), graph_params=None) if self.params else self
 
     def through_call(self, bound: dict, depth: int = 0) -> "Value":
         """This summary return value at one call: what flowed in through the arguments it
@@ -245,9 +282,12 @@ class Value:
         if not flowing:
             return _replace(self.without_params(), elements=elements)
         merged = join_all(flowing)
-        return Value(grad=self.grad or merged.grad, graphs=union_graphs(self.graphs, merged.graphs),
-                     origin=self.origin or merged.origin,
-                     tags=self.tags | (merged.tags & _THROUGH_CALL_TAGS),
+        # only the arguments whose graph reaches the return bring a graph and tensor facts
+        # (`return loss_fn(out, y).detach().item()` returns a number whatever `out` carries)
+        graphed = join_all(bound[i] for i in sorted(self.flowing_params) if i in bound)
+        return Value(grad=self.grad or graphed.grad, graphs=union_graphs(self.graphs, graphed.graphs),
+                     origin=self.origin or graphed.origin,
+                     tags=self.tags | (graphed.tags & _THROUGH_CALL_TAGS),
                      containers=self.containers | merged.containers, cls=self.cls,
                      node=self.node, elements=elements)
 
@@ -268,9 +308,11 @@ def join(a: Value, b: Value) -> Value:
         leaf=(a.leaf or not a.grad) and (b.leaf or not b.grad) and (a.grad or b.grad),
         graphs=union_graphs(a.graphs, b.graphs),
         origin=a.origin or b.origin,
-        tags=a.tags | b.tags | ({ACTIVATION_UNSURE} if activation_unsure else set()),
+        tags=_joined_tags(a, b, activation_unsure),
         containers=a.containers | b.containers,
         params=a.params | b.params,
+        graph_params=None if a.graph_params is None and b.graph_params is None
+        else a.flowing_params | b.flowing_params,
         # two different classes: which one is not known (`RNNModel(...) if rnn else
         # TransformerModel(...)`); one class or none: it may be that class
         cls=a.cls if a.cls is b.cls or b.cls is None else (b.cls if a.cls is None else None),
@@ -279,6 +321,14 @@ def join(a: Value, b: Value) -> Value:
         fields=a.fields or b.fields,
         activation=a.activation or b.activation,
     )
+
+
+def _joined_tags(a: Value, b: Value, activation_unsure: bool) -> FrozenSet[str]:
+    """What either may be; `DETACHED` only when both are proven free of a graph."""
+    tags = a.tags | b.tags | ({ACTIVATION_UNSURE} if activation_unsure else set())
+    if DETACHED in tags and not (a.graph_free and b.graph_free):
+        tags = tags - {DETACHED}
+    return tags
 
 
 def _joined_elements(a: Value, b: Value) -> Optional[Tuple[Value, ...]]:
@@ -309,7 +359,21 @@ def join_all(values: Iterable[Value]) -> Value:
 
 def derived(values: Iterable[Value], *add: str) -> Value:
     """A tensor computed from `values` (arithmetic, torch.stack, …): keeps graphs and flow."""
+    values = list(values)
     base = join_all(values)
+    tags = base.tags & _DERIVED_TAGS
+    if DETACHED in tags and not all(v.graph_free for v in values):
+        tags = tags - {DETACHED}
     return Value(grad=base.grad, graphs=base.graphs, origin=base.origin,
-                 tags=(base.tags & _DERIVED_TAGS) | frozenset(add),
-                 containers=base.containers, params=base.params)
+                 tags=tags | frozenset(add),
+                 containers=base.containers, params=base.params, graph_params=base.graph_params)
+
+
+def computed_without_graph(inputs) -> bool:
+    """A differentiable operation with no parameters of its own (a loss, `nn.Upsample`)
+    makes no graph when its first input (the prediction, the input) is proven cut from
+    every graph and no input carries one: `criterion(pred.detach().cpu(), y)`,
+    `upsample(torch.randn(...))`. The parameters other inputs depend on keep flowing."""
+    inputs = list(inputs)
+    return bool(inputs) and inputs[0].has(DETACHED) and not inputs[0].flowing_params \
+        and not any(v.grad for v in inputs)

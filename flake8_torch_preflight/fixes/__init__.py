@@ -7,7 +7,8 @@
 | TPF005 | unwrap a `softmax`/`log_softmax` passed directly to a cross-entropy loss |
 | TPF013 | add `pin_memory=True` to the DataLoader call |
 
-A rule attaches a `FixPlan` to the findings whose fix it has proven safe there (the node to
+A rule attaches a `FixPlan` to the findings whose fix it has proven safe there (for the two
+fixes that remove gradient flow, by the premises of `analysis/fix_proof.py`) (the node to
 edit and the kind of edit); `tpf fix` applies exactly those plans, never searching for the
 finding again by position or reading its message.
 

@@ -40,14 +40,18 @@ for x, y in loader:
 ```
 
 ## Fix safety
-Safe: appending `.detach()` to the stored expression keeps the value on its device and only
-drops the graph. The message suggests `.item()` only outside hot training loops, since
-`.item()` waits for the GPU (see TPF010). `tpf fix` applies it only where the analysis
-proves nothing later needs the graph: when the container (or what is read back from it)
-is passed to a call the analysis cannot see into (a function of another package, a method
-of an object of unknown kind) or is returned to callers, the finding stays and says why
-it is not fixed automatically. Tuples, lists and dicts stored whole, dict `update`s and
-values that may not be tensors are left for a human.
+Safe where proven: appending `.detach()` to the stored expression keeps the value on its
+device and only drops the graph. `tpf fix` applies it only where the analysis proves both
+premises of `analysis/fix_proof.py`: the stored value is one tensor, made by a torch
+operation or by a module or loss the file builds or resolves (not a Python number, a tuple,
+a container, a module or a class, nor the output of a parameter known as a model or a loss
+only by its name); and nothing made from the container reaches a backward, a loss, a call
+the analysis cannot see into (positional, by keyword, `*`/`**`-unpacked, or as the
+receiver), a helper of the project that hands it on, an attribute of an object, a `yield`,
+or a return to callers outside the file (allowed when a backward of the same iteration
+already ran through the stored graph). Otherwise the finding stays and its fix text names
+the premise that failed. The message suggests `.item()` only outside hot training loops,
+since `.item()` waits for the GPU (see TPF010).
 
 ## Known limits
 Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
@@ -64,7 +68,18 @@ a function that steps the optimizer after it, or by a `for _ in range(grad_accum
 (one step's micro-batches, also with a DeepSpeed `engine.step()` inside), for iterative updates
 whose added term is computed from the accumulator itself (`x = x + dt * model(x)`: samplers,
 ODE steps), when every in-file caller runs the function under `no_grad`, and inside pytest
-`test_*` functions. `torch.autograd.grad(loss, ...)` consumes like a backward, also through
+`test_*` functions. A value carries a graph when the code proves it, and names only break
+ties: a helper that returns `loss_fn(out, y).detach().item()` returns a number whatever it
+is given, a helper's return under the caller's `no_grad` carries no graph, a loss of a
+detached prediction and a parameter-free `torch.nn` layer (`nn.Upsample`, pooling,
+activations) on a detached or fresh (`torch.randn`) input make none, and a parameter named
+`model`, `module` or `criterion` that every caller in the file fills with a class, a
+`functools.partial` or a lambda holds a constructor (calling it runs no forward); with no
+caller in the file the name decides. Quiet, too, for pieces of graphs made before the loop in
+the function's own body (`for part in torch.chunk(feats, n)`), for dict entries keyed by a
+short inner loop whose enclosing iteration runs a backward (`for k in keys: feats[k] = ...`
+in a micro-step), and when the function is only called under `no_grad` up to three calls
+away. `torch.autograd.grad(loss, ...)` consumes like a backward, also through
 helpers that differentiate what they are passed. Overwriting an attribute each
 iteration (`self.last_loss = loss`) keeps one graph, not one per step, and is not reported;
 `self.total = self.total + loss` is. Values whose origin the analysis cannot see (a call into
@@ -90,6 +105,7 @@ from ..analysis.accumulation import accumulation_loop
 from ..analysis.classes import module_like
 from ..analysis.astutil import short
 from ..analysis.events import FunctionFacts, Store
+from ..analysis.fix_proof import arguments, container_premise, tensor_premise
 from ..analysis.memo import per_file
 from ..findings import ERROR, WARNING, Finding, FixPlan
 from .base import Rule
@@ -117,7 +133,7 @@ class RetainedGraph(Rule):
             func = facts.func
             if func is not None and func.name.startswith("test_"):
                 continue
-            if func is not None and analysis.wrapped_in_no_grad_by_caller(func):
+            if func is not None and _called_without_grad(analysis, func):
                 continue          # `with torch.no_grad(): feats = extract(model, loader)`
             returned = _returned_for_backward(analysis, facts)
             for store in facts.stores:
@@ -140,8 +156,10 @@ class RetainedGraph(Rule):
         in_call = func is not None and store.key.startswith(func.qualname + ":")
         # created by this call (a parameter's list is the caller's: it outlives the call)
         local = in_call and store.target.split(".", 1)[0] not in func.params
-        if local and _graph_made_before(facts, store):
+        if local and (_graph_made_before(facts, store) or _graphs_made_before_loops(analysis, facts, store)):
             return True           # slices of one tensor made before the loop: one graph
+        if store.how == "setitem" and _keyed_by_inner_loop(analysis, facts, store):
+            return True           # `for k in keys: feats[k] = ...` in a micro-step: same entries
         if _iterates_modules(facts, innermost):
             return True           # a walk over layers: as many entries as layers, not steps
         if store.how == "augassign" and store.key in value.containers:
@@ -173,7 +191,7 @@ class RetainedGraph(Rule):
         atom = stored if isinstance(store.expr, _ATOMS) else f"({stored})"   # `(loss * n).detach()`
         detach = f"`{atom}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
         fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
-        plan, unsafe = _detach_plan(analysis, store)
+        plan, unsafe = _detach_plan(analysis, store, freeing is not None and freeing[1])
         if freeing is None:
             return self.finding(
                 store.site,
@@ -191,57 +209,22 @@ class RetainedGraph(Rule):
             fix, WARNING, plan=plan, no_autofix=unsafe)
 
 
-def _detach_plan(analysis: FileAnalysis, store: Store):
-    """(the `.detach()` fix, None) when it is proven safe here; (None, why not) when a later
-    use may need the graph; (None, None) when the stored expression is not one tensor."""
-    if store.how not in _FIXABLE_HOW or isinstance(store.expr, _NOT_TENSORS) \
-            or not store.value.has(V.TENSOR):
-        return None, None
-    use = _unseen_uses(analysis).get(store.key)
+def _detach_plan(analysis: FileAnalysis, store: Store, freed: bool):
+    """(the `.detach()` fix, None) when the proof holds: the stored value is one tensor and
+    nothing made from the container reaches a gradient consumer (`analysis/fix_proof.py`);
+    else (None, the premise that failed)."""
+    stored = short(store.expr)
+    if store.how not in _FIXABLE_HOW:
+        return None, f"`{stored}` is {_VERBS.get(store.how, 'stored')} `{store.target}` whole"
+    if isinstance(store.expr, _NOT_TENSORS):
+        return None, f"`{stored}` is not one tensor"
+    why = tensor_premise(store.value)
+    if why is not None:
+        return None, f"`{stored}` {why}"
+    use = container_premise(analysis, store.key, returns_freed=freed)
     if use is not None:
-        return None, f"`{store.target}` {use}; it may need the graph"
+        return None, f"what `{store.target}` holds {use}, which may need the graph"
     return FixPlan("detach", store.expr), None
-
-
-@per_file("tpf001_unseen_uses")
-def _unseen_uses(analysis: FileAnalysis) -> Dict[str, str]:
-    """container key -> how its graphs leave what the analysis can see: a value that may
-    carry them is passed to a call it cannot see into (not a library that never
-    differentiates), or returned to callers."""
-    uses: Dict[str, str] = {}
-    for facts in analysis.all_facts():
-        for call in facts.calls:
-            if not call.unseen or (call.qualname or "").split(".", 1)[0] in \
-                    api.NON_DIFFERENTIATING_PACKAGES:
-                continue
-            for value in call.args + tuple(v for v in (call.receiver,) if v is not None):
-                for key in value.containers if value.grad else ():
-                    uses.setdefault(key, f"reaches `{short(call.node)}` at line {call.site.line}, "
-                                         f"which the analysis cannot see into")
-        returned = _returned_graph_use(analysis, facts)
-        for key in facts.returns.containers if returned else ():
-            uses.setdefault(key, returned)
-    return uses
-
-
-def _returned_graph_use(analysis: FileAnalysis, facts: FunctionFacts):
-    """How a function's return may hand its graphs to a backward: it returns values that
-    may carry them, runs no backward itself (a training function's return is for logging),
-    and a caller may differentiate (one outside the file, or one of the file that does)."""
-    func = facts.func
-    if func is None or not facts.returns.grad or analysis.function_does(func, Does.BACKWARD):
-        return None
-    callers = analysis.callers(func)
-    if callers and not any(_differentiates(analysis, caller) for caller, _ in callers):
-        return None
-    who = "a caller that differentiates" if callers else "callers outside this file"
-    return f"is returned by `{func.name}()` to {who}"
-
-
-def _differentiates(analysis: FileAnalysis, facts: FunctionFacts) -> bool:
-    if facts.func is not None:
-        return analysis.function_does(facts.func, Does.DIFFERENTIATE)
-    return bool(Does.DIFFERENTIATE.sites_in(facts))
 
 
 def _constant_key(store: Store) -> bool:
@@ -269,6 +252,65 @@ def _graph_made_before(facts: FunctionFacts, store: Store) -> bool:
         if root.id in _loop_targets(loop):
             return False
     return True
+
+
+def _graphs_made_before_loops(analysis: FileAnalysis, facts: FunctionFacts, store: Store) -> bool:
+    """Every graph the stored value carries was made in this function's own body (not in a
+    helper or a nested function) before the loops the container outlives:
+    `parts.append(feats[i].mean(0))`, `for p in torch.chunk(out, 4): parts.append(p)` store
+    pieces of one graph, not one graph per iteration."""
+    graphs = store.value.graphs
+    if not graphs or graphs is V.ANY_GRAPH or store.value.has(V.PROVEN_GRAPH):
+        return False
+    outlived = [loop for loop in store.site.loops if loop not in store.fresh_in]
+    spans = [(loop.lineno, loop.end_lineno) for loop in outlived]
+    own = _own_lines(analysis, facts.func)
+    return all(own(line) and not any(start <= line <= end for start, end in spans)
+               for line in graphs)
+
+
+def _own_lines(analysis: FileAnalysis, func):
+    """A predicate: the line belongs to `func`'s own body (the module's for None), not to a
+    function or class it defines."""
+    if func is None:
+        others = [(f.node.lineno, f.node.end_lineno) for f in analysis.index.functions]
+        start, end = 1, float("inf")
+    else:
+        start, end = func.node.lineno, func.node.end_lineno
+        others = [(f.node.lineno, f.node.end_lineno) for f in analysis.index.functions
+                  if f is not func and start < f.node.lineno <= end]
+    return lambda line: start <= line <= end and not any(a <= line <= b for a, b in others)
+
+
+def _keyed_by_inner_loop(analysis: FileAnalysis, facts: FunctionFacts, store: Store) -> bool:
+    """`for k in keys: feats[k] = encoder(batch[k])` inside a micro-step loop that ends in a
+    backward: the short inner loop is not the iteration; each iteration of the enclosing loop
+    writes the same entries again, and its backward frees what they hold."""
+    loops = store.site.loops
+    if len(loops) < 2:
+        return False
+    inner, outer = loops[-1], loops[-2]
+    stmt = store.site.stmt
+    targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
+    names = _loop_targets(inner)
+    keyed = any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Name)
+                and t.slice.id in names for t in targets)
+    return keyed and not analysis.loop_does(facts, inner, Does.BACKWARD) \
+        and analysis.loop_does(facts, outer, Does.BACKWARD)
+
+
+def _called_without_grad(analysis: FileAnalysis, func, depth: int = 3) -> bool:
+    """A call of `func` in this file runs with autograd off, or is made by a function that is
+    itself only called so (`with torch.no_grad(): runner.collect()` -> `self.act(obs)`): the
+    callee's stores take the grad mode of its callers."""
+    callers = analysis.callers(func)
+    if any(call.site.no_grad for _, call in callers):
+        return True
+    if depth <= 0 or not callers:
+        return False
+    owners = {facts.func for facts, _ in callers}
+    return None not in owners and all(_called_without_grad(analysis, owner, depth - 1)
+                                      for owner in owners if owner is not func)
 
 
 def _loop_targets(loop) -> Set[str]:
@@ -334,9 +376,9 @@ def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
                 wanted = by_param.get(call.callee)
                 if not wanted:
                     continue
-                for position, value in _arguments(facts, call):
-                    if position not in wanted:
-                        continue
+                for position, value in arguments(facts, call):
+                    if position is not None and position not in wanted:
+                        continue   # (`**inputs` may fill any parameter)
                     keys |= value.containers
                     if facts.func is not None and not value.params <= by_param.get(facts.func, set()):
                         by_param.setdefault(facts.func, set()).update(value.params)
@@ -344,17 +386,6 @@ def _keys_consumed_by_backward(analysis: FileAnalysis) -> Set[str]:
         if not grew:
             break
     return keys
-
-
-def _arguments(facts: FunctionFacts, call):
-    """(parameter position, Value) for each argument of a call of a function of this file."""
-    callee, node = call.callee, call.node
-    offset = 1 if callee.is_method and isinstance(node.func, ast.Attribute) else 0
-    for i, arg in enumerate(node.args):
-        yield i + offset, facts.value(arg)
-    for kw in node.keywords:
-        if kw.arg in callee.params:
-            yield callee.params.index(kw.arg), facts.value(kw.value)
 
 
 def _backward_in_iteration(analysis: FileAnalysis, facts: FunctionFacts, store: Store):

@@ -36,13 +36,15 @@ def evaluate(model, val_loader):
 ```
 
 ## Fix safety
-Safe for functions named as evaluation: `@torch.no_grad()` only stops recording. Elsewhere
-the fix is a `with torch.no_grad():` block placed by hand. `tpf fix` decorates only when the
-function, and every helper of the file it calls, asks for no gradient: a function that
-calls `torch.autograd.grad` (input-gradient saliency, adversarial evaluation) or runs a
-backward is not reported at all, and one that hands the model or its outputs to a call the
-analysis cannot see into (an attack from another package) keeps its finding, with the
-reason it is not fixed automatically.
+Safe for functions named as evaluation, where proven: `@torch.no_grad()` only stops
+recording. Elsewhere the fix is a `with torch.no_grad():` block placed by hand. `tpf fix`
+decorates only when the proof of `analysis/fix_proof.py` holds for the function and every
+helper of the file it calls: it differentiates nothing (a function that calls
+`torch.autograd.grad` or runs a backward is not reported at all), hands no module and no
+value that may carry a graph to a call the analysis cannot see into (an attack from another
+package), stores no such value on an object, and returns none to callers outside the file
+or to an in-file caller that differentiates. Otherwise the finding stays, and its fix text
+names the premise that failed.
 
 ## Known limits
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
@@ -83,10 +85,11 @@ from typing import Iterator
 
 from ..analysis import Does, FileAnalysis
 from ..analysis import values as V
-from ..analysis.astutil import assigns_self_attribute, short
+from ..analysis.astutil import assigns_self_attribute
 from ..analysis.classes import module_like
 from ..analysis.constants import unreachable
 from ..analysis.device import synthetic_tensor
+from ..analysis.fix_proof import function_premise
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -228,32 +231,10 @@ def _fix(analysis: FileAnalysis, func, reason: str):
         return ("wrap the evaluation loop in `with torch.no_grad():` (or "
                 "`torch.inference_mode()`)", None, None)
     advice = f"decorate `{func.name}` with `@torch.no_grad()`"
-    if analysis.function_does(func, Does.DIFFERENTIATE):
-        return advice, None, f"`{func.name}()` or a helper it calls differentiates"
-    unseen = _unseen_call_given_model(analysis, func)
-    if unseen is not None:
-        return advice, None, (f"the model or its output reaches `{short(unseen.node)}` at line "
-                              f"{unseen.site.line}, which the analysis cannot see into and "
-                              f"which may need gradients")
+    unproven = function_premise(analysis, func)
+    if unproven is not None:
+        return advice, None, unproven
     return advice, FixPlan("no_grad_decorator", func.node), None
-
-
-def _unseen_call_given_model(analysis: FileAnalysis, func, seen=None):
-    """A call in `func` (or a helper of the file it calls) whose callee the analysis cannot
-    see into, given a module or a value that may carry a graph."""
-    seen = set() if seen is None else seen
-    if func in seen:
-        return None
-    seen.add(func)
-    facts = analysis.facts_for(func)
-    for call in facts.calls:
-        if call.unseen and any(v.grad or v.has(V.MODULE) for v in call.args):
-            return call
-    for local in facts.local_calls:
-        found = _unseen_call_given_model(analysis, local.callee, seen)
-        if found is not None:
-            return found
-    return None
 
 
 def _parameter_free(analysis: FileAnalysis, cls, depth: int = 0) -> bool:

@@ -7,7 +7,7 @@ from typing import Optional
 from .. import torchapi as api
 from .. import values as V
 from ..astutil import dotted, is_const
-from ..values import UNKNOWN, Value, join_all
+from ..values import UNKNOWN, Value, derived, join_all
 from .registry import (OPAQUE, Access, Call, callee, method, method_kind, other_attributes,
                        other_methods, qualified_matching)
 from .torch import loss_result
@@ -28,6 +28,22 @@ _ACTIVATION_OF_MODULE = (
 _KINDS_AN_EVAL_COMPLETES = frozenset({V.PREPARED, V.DDP})
 _CONTAINER_MODULES = frozenset({"torch.nn.ModuleList", "torch.nn.ModuleDict",
                                 "torch.nn.ParameterList"})
+# `torch.nn` layers that hold no parameters (read in torch's `torch.nn` reference: pooling,
+# padding, resampling, reshaping, dropout and the non-learnable activations; `PReLU`,
+# normalisation and every layer with `weight` are absent): what they return carries a graph
+# only when what they are given does.
+PARAMETER_FREE_MODULES = frozenset("""
+    Identity Flatten Unflatten Upsample UpsamplingNearest2d UpsamplingBilinear2d PixelShuffle
+    PixelUnshuffle ChannelShuffle Fold Unfold Dropout Dropout1d Dropout2d Dropout3d AlphaDropout
+    FeatureAlphaDropout MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d LPPool1d
+    LPPool2d AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d
+    AdaptiveMaxPool2d AdaptiveMaxPool3d ZeroPad1d ZeroPad2d ZeroPad3d ConstantPad1d
+    ConstantPad2d ConstantPad3d ReflectionPad1d ReflectionPad2d ReflectionPad3d
+    ReplicationPad1d ReplicationPad2d ReplicationPad3d CircularPad1d CircularPad2d
+    CircularPad3d ReLU ReLU6 LeakyReLU ELU SELU CELU GELU SiLU Mish Tanh Sigmoid Hardtanh
+    Hardswish Hardsigmoid Hardshrink Softshrink Tanhshrink Softplus Softsign Threshold GLU
+    LogSigmoid Softmax Softmin Softmax2d LogSoftmax CosineSimilarity PairwiseDistance
+""".split())
 
 
 @qualified_matching(api.is_torch_nn_class, order=10)
@@ -39,6 +55,8 @@ def construct_nn(call: Call) -> Value:
     if qual in _CONTAINER_MODULES:
         return Value.of(V.MODULE, node=node)
     tags = {V.MODULE} | ({V.LOSS_FN} if api.is_loss_class(qual) else set())
+    if qual.rsplit(".", 1)[-1] in PARAMETER_FREE_MODULES:
+        tags.add(V.PARAMETER_FREE)
     for names, activation in _ACTIVATION_OF_MODULE:
         if qual in names:
             return Value(tags=frozenset(tags | {V.ACTIVATION_MODULE}), node=node,
@@ -55,7 +73,9 @@ def construct_nn(call: Call) -> Value:
 # ---------------------------------------------------------------------- calling a module
 @callee(lambda called: called.has(V.LOSS_FN))
 def _call_loss(call: Call, called: Value) -> Value:
-    return loss_result(call)
+    result = loss_result(call)
+    # a loss object known only by its name (`criterion`) may return anything
+    return result.with_tags(V.BY_NAME) if called.has(V.BY_NAME) else result
 
 
 @callee(lambda called: called.has(V.ACTIVATION_MODULE))
@@ -139,7 +159,8 @@ def _forward(call: Call) -> Value:
 def _wrapped_forward(call: Call) -> Value:
     """`model.module(x)`: `nn.Module` has no method of that name; it is the module that
     DDP, DataParallel, FSDP or a DeepSpeed engine wraps, called past the wrapper."""
-    wrapped = Value(tags=frozenset({V.MODULE}), cls=call.receiver.cls)
+    wrapped = Value(tags=frozenset({V.MODULE}) | (call.receiver.tags & {V.BY_NAME}),
+                    cls=call.receiver.cls)
     return call.flow.forward(call.node, wrapped, call.args, call.kwargs)
 
 
@@ -162,7 +183,9 @@ def _other_module_method(call: Call) -> Value:
 @other_attributes(V.MODULE)
 def _submodule(access: Access) -> Optional[Value]:
     """`model.module`, `model.fc`: submodules of a module are modules."""
-    return None if access.attr in _NOT_SUBMODULES else Value.of(V.MODULE)
+    if access.attr in _NOT_SUBMODULES:
+        return None
+    return Value.of(V.MODULE, *(access.base.tags & {V.BY_NAME}))
 
 
 def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) -> Value:
@@ -171,11 +194,16 @@ def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) ->
     summary returned (a module class of the file) with the module's known activation,
     `inputs` the arguments' values."""
     line = node.lineno
-    tags = {V.TENSOR} | (result.tags & V.ACTIVATION_TAGS)
+    if module.has(V.PARAMETER_FREE) and (V.computed_without_graph(inputs)
+                                         or any(v.grad for v in inputs)):
+        # a layer with no parameters passes on its input's graph, and makes none of its own
+        # on a detached or fresh input (`nn.Upsample()(torch.randn(...))`)
+        return derived(inputs, V.TENSOR)
+    tags = {V.TENSOR} | (result.tags & V.ACTIVATION_TAGS) | (module.tags & {V.BY_NAME})
     if not tags & V.ACTIVATION_TAGS:
         tags.add(V.LOGITS)
     if module.has(V.LOSS_FN):
-        tags = {V.TENSOR, V.LOSS}
+        tags = {V.TENSOR, V.LOSS} | (module.tags & {V.BY_NAME})
     return Value(grad=not no_grad, graphs=V.union_graphs(frozenset({line}), result.graphs),
                  origin=V.Origin(line, node),
                  tags=frozenset(tags) | (result.tags & {V.DIVIDED, V.LOSS}),

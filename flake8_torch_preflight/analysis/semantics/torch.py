@@ -16,9 +16,13 @@ from .registry import Call, grad_context, qualified, qualified_matching
 
 
 def loss_result(call: Call) -> Value:
-    """The value of a loss: a fresh graph over its inputs."""
+    """The value of a loss: a fresh graph over its inputs (keywords and `**` too), or none
+    when its prediction was detached (`criterion(pred.detach(), y)`)."""
     node = call.node
-    return Value.new_graph(node.lineno, node, V.TENSOR, V.LOSS, inputs=join_all(call.args))
+    inputs = list(call.args) + list(call.kwargs.values())
+    if V.computed_without_graph(inputs):
+        return derived(inputs, V.TENSOR, V.LOSS)
+    return Value.new_graph(node.lineno, node, V.TENSOR, V.LOSS, inputs=join_all(inputs))
 
 
 @qualified(*api.LOSS_FUNCTIONS)
@@ -118,7 +122,9 @@ def _torch_function(call: Call) -> Value:
         return Value.new_graph(node.lineno, node, V.TENSOR, leaf=True)
     if call.qual in api.TORCH_BREAKING_FUNCS or not any(a.grad or a.params for a in call.args):
         cuda = any(v.has(V.CUDA_DEVICE) for v in call.kwargs.values())
-        return Value.of(V.TENSOR, *((V.CUDA_DEVICE,) if cuda else ()))
+        # a constructor or a graph breaker (`torch.randn`, `torch.argmax`) proves no graph
+        cut = (V.DETACHED,) if call.qual in api.TORCH_BREAKING_FUNCS else ()
+        return Value.of(V.TENSOR, *((V.CUDA_DEVICE,) if cuda else ()), *cut)
     inputs = list(call.args) + list(call.kwargs.values())
     if not any(a.grad for a in call.args):
         # Of a helper's parameter (`def apply(ls): torch.stack(ls).sum().backward()`): the
