@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from flake8_torch_preflight.analysis import project
+from flake8_torch_preflight.analysis.project import resolution as project
 from flake8_torch_preflight.analysis.file_analysis import FileAnalysis
-from flake8_torch_preflight.analysis.index import ClassInfo
+from flake8_torch_preflight.analysis.project.index import ClassInfo
 
 from .corpus import DEFAULT_DEST, read_source
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from flake8_torch_preflight.analysis import FileAnalysis
-from flake8_torch_preflight.analysis.fix_proof import (container_premise, function_premise,
-                                                       tensor_premise)
+from flake8_torch_preflight.analysis.topics.fix_proof import (container_premise, function_premise,
+                                                              tensor_premise)
 from flake8_torch_preflight.engine import lint_source
 from flake8_torch_preflight.fixes import fix_source
 

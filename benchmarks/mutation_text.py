@@ -13,7 +13,7 @@ import re
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 # A syntax helper shared with the package (plain `ast`, not the analysis under test).
-from flake8_torch_preflight.analysis.astutil import dotted
+from flake8_torch_preflight.analysis.core.astutil import dotted
 
 Pos = Tuple[int, int]            # (line, character column)
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)

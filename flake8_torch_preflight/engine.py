@@ -80,7 +80,7 @@ def lint_file(tree: ast.Module, filename: str, text: str) -> List[Finding]:
     included; the plugin and `tpf check` use it, `tpf fix` does not."""
     if not cache.cacheable(filename):
         return lint_tree(tree, filename)
-    from .analysis import project
+    from .analysis.project import resolution as project
 
     digest = cache.text_digest(text)
     records = cache.load_findings(filename, digest, CACHE_OPTIONS, project.module_file)

@@ -14,7 +14,8 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from flake8_torch_preflight import cache, engine
-from flake8_torch_preflight.analysis import project, seeding, workspace
+from flake8_torch_preflight.analysis.project import resolution as project, workspace
+from flake8_torch_preflight.analysis.topics import seeding
 
 MODEL = '''
 import torch.nn as nn

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flake8_torch_preflight.analysis import FileAnalysis
-from flake8_torch_preflight.analysis.constants import static_truth
+from flake8_torch_preflight.analysis.core.constants import static_truth
 
 
 def _truth(body: str, test: str):

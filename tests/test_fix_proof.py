@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from flake8_torch_preflight.analysis import FileAnalysis, values as V
-from flake8_torch_preflight.analysis.fix_proof import container_premise, tensor_premise
-from flake8_torch_preflight.analysis.values import Value, join
+from flake8_torch_preflight.analysis import FileAnalysis
+from flake8_torch_preflight.analysis.core import values as V
+from flake8_torch_preflight.analysis.topics.fix_proof import container_premise, tensor_premise
+from flake8_torch_preflight.analysis.core.values import Value, join
 from flake8_torch_preflight.engine import lint_source
 
 

@@ -48,7 +48,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fixture_format import FIXTURES, rule_fixtures
-from flake8_torch_preflight.analysis.astutil import nesting_depth
+from flake8_torch_preflight.analysis.core.astutil import nesting_depth
 from flake8_torch_preflight.checking import FileProblem, Settings, check_file, decode_source
 from flake8_torch_preflight.fixes import fix_source
 from flake8_torch_preflight.plugin import TorchPreflightChecker
@@ -722,7 +722,7 @@ def test_an_interrupted_memoised_question_is_asked_again():
     """Found: when a per-file question raised (RecursionError in a deep file), its memo
     entry kept the in-progress guard, so every later rule asking it got the guard (None) as
     the answer: 'NoneType object is not iterable' in TPF009, or silently a wrong answer."""
-    from flake8_torch_preflight.analysis.memo import per_file
+    from flake8_torch_preflight.analysis.core.memo import per_file
 
     class Analysis:
         def __init__(self):

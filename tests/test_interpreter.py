@@ -7,10 +7,11 @@ import textwrap
 
 import pytest
 
-from flake8_torch_preflight.analysis import FileAnalysis, values as V
-from flake8_torch_preflight.analysis.env import Env, carried_values_changed, merge_envs
+from flake8_torch_preflight.analysis import FileAnalysis
+from flake8_torch_preflight.analysis.core import values as V
+from flake8_torch_preflight.analysis.core.env import Env, carried_values_changed, merge_envs
 from flake8_torch_preflight.analysis.semantics import registry
-from flake8_torch_preflight.analysis.values import UNKNOWN, Value, join
+from flake8_torch_preflight.analysis.core.values import UNKNOWN, Value, join
 
 
 def graph(line: int, *tags: str) -> Value:

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from flake8_torch_preflight.analysis import project, workspace
+from flake8_torch_preflight.analysis.project import resolution as project, workspace
 from flake8_torch_preflight.engine import lint_source
 
 SOFTMAX_NET = """

@@ -146,8 +146,8 @@ def test_last_definition_of_a_name_wins(tmp_path):
 
 
 def test_two_different_classes_joined_are_no_class():
-    from flake8_torch_preflight.analysis.index import ClassInfo
-    from flake8_torch_preflight.analysis.values import Value, join
+    from flake8_torch_preflight.analysis.project.index import ClassInfo
+    from flake8_torch_preflight.analysis.core.values import Value, join
 
     a = ClassInfo(ast.ClassDef(), "A", [])
     b = ClassInfo(ast.ClassDef(), "B", [])
@@ -160,7 +160,7 @@ def test_one_analysis_per_module_whoever_imports_it(tmp_path):
     """A module's analysis does not depend on its importer: it is the same object whether it
     is reached from the linted file or four imports away, and every hop resolves (issue 19:
     analyses keyed by import depth were re-made for each importer)."""
-    from flake8_torch_preflight.analysis import workspace
+    from flake8_torch_preflight.analysis.project import workspace
 
     names = ["train", "engine", "models", "layers", "kernels"]
     for here, there in zip(names, names[1:]):
@@ -200,7 +200,8 @@ def test_import_time_seeding_does_not_depend_on_lint_order(tmp_path):
     `helpers`, which seeds and imports `data`: read from `helpers`, `data`'s part of the
     cycle is cut) is not kept, so each entry point gets the same answer
     whichever is linted first."""
-    from flake8_torch_preflight.analysis import seeding, workspace
+    from flake8_torch_preflight.analysis.topics import seeding
+    from flake8_torch_preflight.analysis.project import workspace
     from flake8_torch_preflight.engine import lint_source
 
     (tmp_path / "data.py").write_text("import helpers\n\nSCALE = 1\n")

@@ -3,7 +3,8 @@ the same whatever was linted before."""
 import pickle
 import textwrap
 
-from flake8_torch_preflight.analysis import seeding, summaries, workspace
+from flake8_torch_preflight.analysis.topics import seeding
+from flake8_torch_preflight.analysis.project import summaries, workspace
 from flake8_torch_preflight.engine import lint_source
 
 HELPER = textwrap.dedent('''

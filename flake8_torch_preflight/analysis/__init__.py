@@ -10,10 +10,10 @@ Layout (see docs/architecture.md):
 - topic modules (`epochs`, `modes`, `losses`, `distributed`, `device`, `seeding`,
   `accumulation`, `classes`) — shared questions of several rules, memoised per file.
 """
-from .events import FunctionFacts, Site
+from .core.events import FunctionFacts, Site
 from .file_analysis import FileAnalysis, iterated_name
-from .index import ClassInfo, FunctionInfo
-from .questions import Does
+from .project.index import ClassInfo, FunctionInfo
+from .core.questions import Does
 
 __all__ = ["ClassInfo", "Does", "FileAnalysis", "FunctionFacts", "FunctionInfo", "Site",
            "iterated_name"]

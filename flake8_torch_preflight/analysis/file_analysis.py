@@ -12,18 +12,19 @@ import ast
 import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import semantics, workspace
-from . import values as V
-from .astutil import dotted, iterated_expr
-from .bindings import Bindings, scan_bindings
-from .epochs import resolve_values
-from .events import FunctionFacts, LocalCall, Site
-from .flow import FlowAnalyzer, FunctionRef
-from .imports import ImportTable
-from .memo import per_file
-from .index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
-from .questions import Does
-from .values import Value, join
+from . import semantics
+from .project import workspace
+from .core import values as V
+from .core.astutil import dotted, iterated_expr
+from .core.bindings import Bindings, scan_bindings
+from .topics.epochs import resolve_values
+from .core.events import FunctionFacts, LocalCall, Site
+from .core.flow import FlowAnalyzer, FunctionRef
+from .project.imports import ImportTable
+from .core.memo import per_file
+from .project.index import VAL_LOADER_RE, ClassInfo, FileIndex, FunctionInfo
+from .core.questions import Does
+from .core.values import Value, join
 
 FRAMEWORK_IMPORTS = {
     "lightning": ("lightning", "pytorch_lightning", "lightning.pytorch"),

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from ..analysis.astutil import nesting_depth
+from ..analysis.core.astutil import nesting_depth
 from ..engine import has_skip_file_comment, lint_tree
 from ..findings import Finding
 from . import FixResult, tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from ..analysis import FileAnalysis
-from ..analysis.events import Site
+from ..analysis.core.events import Site
 from ..findings import ERROR, Finding, FixPlan
 
 

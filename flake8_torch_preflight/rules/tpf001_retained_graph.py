@@ -99,14 +99,14 @@ import ast
 from typing import Dict, FrozenSet, Iterator, NamedTuple, Optional, Set
 
 from ..analysis import Does, FileAnalysis
-from ..analysis import torchapi as api
-from ..analysis import values as V
-from ..analysis.accumulation import accumulation_loop
-from ..analysis.classes import module_like
-from ..analysis.astutil import short
-from ..analysis.events import FunctionFacts, Store
-from ..analysis.fix_proof import arguments, container_premise, tensor_premise
-from ..analysis.memo import per_file
+from ..analysis.semantics import torchapi as api
+from ..analysis.core import values as V
+from ..analysis.topics.accumulation import accumulation_loop
+from ..analysis.topics.classes import module_like
+from ..analysis.core.astutil import short
+from ..analysis.core.events import FunctionFacts, Store
+from ..analysis.topics.fix_proof import arguments, container_premise, tensor_premise
+from ..analysis.core.memo import per_file
 from ..findings import ERROR, WARNING, Finding, FixPlan
 from .base import Rule
 

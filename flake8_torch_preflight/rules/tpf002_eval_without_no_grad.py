@@ -84,12 +84,12 @@ import ast
 from typing import Iterator
 
 from ..analysis import Does, FileAnalysis
-from ..analysis import values as V
-from ..analysis.astutil import assigns_self_attribute
-from ..analysis.classes import module_like
-from ..analysis.constants import unreachable
-from ..analysis.device import synthetic_tensor
-from ..analysis.fix_proof import function_premise
+from ..analysis.core import values as V
+from ..analysis.core.astutil import assigns_self_attribute
+from ..analysis.topics.classes import module_like
+from ..analysis.core.constants import unreachable
+from ..analysis.topics.device import synthetic_tensor
+from ..analysis.topics.fix_proof import function_premise
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 

@@ -59,10 +59,10 @@ from dataclasses import dataclass
 from typing import FrozenSet, Iterator, Optional
 
 from ..analysis import Does, FileAnalysis
-from ..analysis import values as V
-from ..analysis.astutil import dotted, keyword
-from ..analysis.events import Site
-from ..analysis.optimizers import call_at
+from ..analysis.core import values as V
+from ..analysis.core.astutil import dotted, keyword
+from ..analysis.core.events import Site
+from ..analysis.topics.optimizers import call_at
 from ..findings import ERROR, Finding
 from .base import Rule
 

@@ -112,15 +112,15 @@ import re
 from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
-from ..analysis import values as V
-from ..analysis.accumulation import (MICRO_LOOP, Window, backwarded_expr,
-                                     counter_advanced_only_when_stepping, every_step_resets,
-                                     helper_backwards, undivided_from_unread_code, windows)
-from ..analysis.astutil import dotted
-from ..analysis.epochs import argument_for
-from ..analysis.events import Backward, LocalCall
-from ..analysis.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls, is_clip,
-                                   stepped_optimizer)
+from ..analysis.core import values as V
+from ..analysis.topics.accumulation import (MICRO_LOOP, Window, backwarded_expr,
+                                            counter_advanced_only_when_stepping, every_step_resets,
+                                            helper_backwards, undivided_from_unread_code, windows)
+from ..analysis.core.astutil import dotted
+from ..analysis.topics.epochs import argument_for
+from ..analysis.core.events import Backward, LocalCall
+from ..analysis.topics.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls,
+                                          is_clip, stepped_optimizer)
 from ..findings import ERROR, WARNING, Finding
 from .base import Rule
 

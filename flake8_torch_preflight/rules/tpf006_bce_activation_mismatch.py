@@ -53,9 +53,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis import losses as L
-from ..analysis import values as V
-from ..analysis.astutil import short
+from ..analysis.topics import losses as L
+from ..analysis.core import values as V
+from ..analysis.core.astutil import short
 from ..findings import ERROR, Finding
 from .base import Rule
 

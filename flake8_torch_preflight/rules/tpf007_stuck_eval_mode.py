@@ -77,11 +77,12 @@ from __future__ import annotations
 from typing import FrozenSet, Iterator, List
 
 from ..analysis import Does, FileAnalysis
-from ..analysis.classes import mode_free_module
-from ..analysis.constants import unreachable
-from ..analysis.epochs import resolve_values
-from ..analysis.modes import (ModeEvent, cond_texts, exits_after, frozen_modules, function_events,
-                              last_iteration_only, loop_events, optimized_modules, related)
+from ..analysis.topics.classes import mode_free_module
+from ..analysis.core.constants import unreachable
+from ..analysis.topics.epochs import resolve_values
+from ..analysis.topics.modes import (ModeEvent, cond_texts, exits_after, frozen_modules,
+                                     function_events, last_iteration_only, loop_events,
+                                     optimized_modules, related)
 from ..findings import ERROR, Finding
 from .base import Rule
 

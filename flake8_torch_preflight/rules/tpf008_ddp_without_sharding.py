@@ -70,9 +70,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.distributed import (ForgottenSampler, assigned_name, ddp_wraps,
-                                    loaders_beside_unused_sampler, sharding_reason,
-                                    training_loaders)
+from ..analysis.topics.distributed import (ForgottenSampler, assigned_name, ddp_wraps,
+                                           loaders_beside_unused_sampler, sharding_reason,
+                                           training_loaders)
 from ..findings import ERROR, Finding
 from .base import Rule
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.distributed import epoch_feeds, sampler_constructions, sets_epoch, shuffles
+from ..analysis.topics.distributed import epoch_feeds, sampler_constructions, sets_epoch, shuffles
 from ..findings import WARNING, Finding
 from .base import Rule
 

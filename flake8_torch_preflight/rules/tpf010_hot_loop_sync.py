@@ -73,13 +73,13 @@ import ast
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..analysis import FileAnalysis
-from ..analysis import values as V
-from ..analysis.astutil import short
-from ..analysis.constants import unreachable
-from ..analysis.device import cuda_evidence, encloses, hot_reason, step_loops
-from ..analysis.events import CallSite, FunctionFacts
-from ..analysis.memo import per_file
-from ..analysis.read_back import buffer_name, fed_back
+from ..analysis.core import values as V
+from ..analysis.core.astutil import short
+from ..analysis.core.constants import unreachable
+from ..analysis.topics.device import cuda_evidence, encloses, hot_reason, step_loops
+from ..analysis.core.events import CallSite, FunctionFacts
+from ..analysis.core.memo import per_file
+from ..analysis.topics.read_back import buffer_name, fed_back
 from ..analysis.semantics.containers import STORE_METHODS
 from ..findings import NOTE, WARNING, Finding
 from .base import Rule

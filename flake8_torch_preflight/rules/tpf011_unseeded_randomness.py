@@ -94,10 +94,10 @@ from __future__ import annotations
 from typing import Iterator, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
-from ..analysis.astutil import dotted, short
-from ..analysis.distributed import ddp_wraps
-from ..analysis.seeding import (NUMPY, RANDOM, TORCH, TORCH_CUDA, file_seeds, main_guard,
-                                random_draws, unseen_setup_call)
+from ..analysis.core.astutil import dotted, short
+from ..analysis.topics.distributed import ddp_wraps
+from ..analysis.topics.seeding import (NUMPY, RANDOM, TORCH, TORCH_CUDA, file_seeds, main_guard,
+                                       random_draws, unseen_setup_call)
 from ..findings import NOTE, WARNING, Finding
 from .base import Rule
 

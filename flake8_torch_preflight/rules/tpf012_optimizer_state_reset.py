@@ -58,10 +58,10 @@ import ast
 from typing import Iterator, Optional, Set
 
 from ..analysis import Does, FileAnalysis
-from ..analysis import torchapi as api
-from ..analysis import values as V
-from ..analysis.astutil import dotted, keyword, short
-from ..analysis.events import CallSite, FunctionFacts
+from ..analysis.semantics import torchapi as api
+from ..analysis.core import values as V
+from ..analysis.core.astutil import dotted, keyword, short
+from ..analysis.core.events import CallSite, FunctionFacts
 from ..analysis.semantics.nn_module import RETURNS_SELF
 from ..findings import ERROR, Finding
 from .base import Rule

@@ -70,16 +70,16 @@ import ast
 from typing import Iterator, Optional
 
 from ..analysis import Does, FileAnalysis
-from ..analysis import torchapi as api
-from ..analysis import values as V
-from ..analysis.astutil import dotted, keyword, short
-from ..analysis.constants import unreachable
-from ..analysis.device import (batch_transfer, cuda_evidence, hot_reason, in_memory_dataset,
-                               is_transfer, loader_items_are_strings, loop_mutations,
-                               loop_targets, non_blocking, step_loops, transfer_target)
-from ..analysis.events import CallSite, FunctionFacts
-from ..analysis.index import VAL_LOADER_RE
-from ..analysis.seeding import main_guard
+from ..analysis.semantics import torchapi as api
+from ..analysis.core import values as V
+from ..analysis.core.astutil import dotted, keyword, short
+from ..analysis.core.constants import unreachable
+from ..analysis.topics.device import (batch_transfer, cuda_evidence, hot_reason, in_memory_dataset,
+                                      is_transfer, loader_items_are_strings, loop_mutations,
+                                      loop_targets, non_blocking, step_loops, transfer_target)
+from ..analysis.core.events import CallSite, FunctionFacts
+from ..analysis.project.index import VAL_LOADER_RE
+from ..analysis.topics.seeding import main_guard
 from ..findings import NOTE, WARNING, Finding, FixPlan
 from .base import Rule
 

@@ -61,10 +61,10 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from ..analysis import FileAnalysis
-from ..analysis.accumulation import every_micro_step, windows
-from ..analysis.amp import CLIP, SCALE, SCALER_STEP, UNSCALE, UPDATE, Event, ScaledLoop, \
-    exclusive, opaque, scaled_loops
-from ..analysis.astutil import short
+from ..analysis.topics.accumulation import every_micro_step, windows
+from ..analysis.topics.amp import (CLIP, SCALE, SCALER_STEP, UNSCALE, UPDATE, Event, ScaledLoop,
+                                   exclusive, opaque, scaled_loops)
+from ..analysis.core.astutil import short
 from ..findings import ERROR, Finding
 from .base import Rule
 

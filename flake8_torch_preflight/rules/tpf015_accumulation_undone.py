@@ -55,9 +55,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.accumulation import MICRO_LOOP, Window, every_step_resets, windows
-from ..analysis.astutil import short
-from ..analysis.events import Site
+from ..analysis.topics.accumulation import MICRO_LOOP, Window, every_step_resets, windows
+from ..analysis.core.astutil import short
+from ..analysis.core.events import Site
 from ..findings import ERROR, Finding
 from .base import Rule
 

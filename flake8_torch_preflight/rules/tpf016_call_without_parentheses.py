@@ -54,9 +54,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.bare_statements import (LOSS_KIND, MODULE_KIND, OPTIMIZER_KIND, OWN_METHOD_KIND,
-                                        SCHEDULER_KIND, BareStatement, bare_statements)
-from ..analysis.events import Site
+from ..analysis.topics.bare_statements import (LOSS_KIND, MODULE_KIND, OPTIMIZER_KIND,
+                                               OWN_METHOD_KIND, SCHEDULER_KIND, BareStatement,
+                                               bare_statements)
+from ..analysis.core.events import Site
 from ..findings import ERROR, Finding
 from .base import Rule
 

@@ -59,8 +59,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.astutil import short
-from ..analysis.sharding_order import FSDP1, FSDP2, EarlyOptimizer, early_optimizers
+from ..analysis.core.astutil import short
+from ..analysis.topics.sharding_order import FSDP1, FSDP2, EarlyOptimizer, early_optimizers
 from ..findings import ERROR, Finding
 from .base import Rule
 

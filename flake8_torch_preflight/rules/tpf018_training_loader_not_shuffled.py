@@ -110,8 +110,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.distributed import assigned_name
-from ..analysis.shuffling import unshuffled_training_loaders
+from ..analysis.topics.distributed import assigned_name
+from ..analysis.topics.shuffling import unshuffled_training_loaders
 from ..findings import WARNING, Finding
 from .base import Rule
 

@@ -6,9 +6,9 @@ which is why that context is marked (Accelerate docs, "Gradient accumulation").
 """
 from __future__ import annotations
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import UNKNOWN, Value
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import UNKNOWN, Value
 from .registry import Call, method, other_methods, qualified
 from .torch import wrapped_model
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import UNKNOWN, Value, derived, join, join_all
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import UNKNOWN, Value, derived, join, join_all
 from .data import batch_of
 from .registry import (OPAQUE, Access, Call, builtin, method, other_attributes, other_methods)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import ast
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import Value
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import Value
 
 # (does the name say so?, the kind it holds), first match wins
 PARAMETER_KINDS: Tuple[Tuple[Callable[[str], bool], str], ...] = (

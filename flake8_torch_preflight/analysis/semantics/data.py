@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import Value
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import Value
 from .registry import Access, Call, other_attributes, qualified
 
 

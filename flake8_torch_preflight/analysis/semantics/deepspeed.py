@@ -6,9 +6,9 @@ gradients (semantics/optim.py records that). The optimizer it returns is an opti
 """
 from __future__ import annotations
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import Value
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import Value
 from .registry import Call, qualified
 
 

@@ -2,8 +2,8 @@
 (timm, torchvision): calls whose result is an `nn.Module`."""
 from __future__ import annotations
 
-from .. import torchapi as api
-from ..values import Value
+from . import torchapi as api
+from ..core.values import Value
 from .registry import Call, qualified_matching
 from .torch import wrapped_model
 

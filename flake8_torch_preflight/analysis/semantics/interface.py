@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, Optional, Protocol, Sequence
 
-from ..values import Value
+from ..core.values import Value
 
 
 class Interpreter(Protocol):

@@ -5,9 +5,9 @@ their loop and manages gradients and modes, see `FileAnalysis.framework_owned`.)
 """
 from __future__ import annotations
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import UNKNOWN, Value
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import UNKNOWN, Value
 from .accelerate import prepared
 from .registry import Call, method, other_methods, qualified
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .. import torchapi as api
-from .. import values as V
-from ..astutil import dotted, is_const
-from ..values import UNKNOWN, Value, derived, join_all
+from . import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, is_const
+from ..core.values import UNKNOWN, Value, derived, join_all
 from .registry import (OPAQUE, Access, Call, callee, method, method_kind, other_attributes,
                        other_methods, qualified_matching)
 from .torch import loss_result

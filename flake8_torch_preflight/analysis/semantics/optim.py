@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import torchapi as api
-from .. import values as V
-from ..values import UNKNOWN, Value
+from . import torchapi as api
+from ..core import values as V
+from ..core.values import UNKNOWN, Value
 from .registry import Call, method, qualified, qualified_matching
 
 

@@ -24,9 +24,9 @@ import ast
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .. import values as V
-from ..astutil import dotted
-from ..values import Value
+from ..core import values as V
+from ..core.astutil import dotted
+from ..core.values import Value
 from .interface import Interpreter
 
 ANY = "*"          # a method that means the same on every receiver

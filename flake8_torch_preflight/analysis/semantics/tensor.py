@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .. import torchapi as api
-from .. import values as V
-from ..astutil import dotted
-from ..values import UNKNOWN, Value, derived
+from . import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted
+from ..core.values import UNKNOWN, Value, derived
 from .registry import (GRAD, OPAQUE, Access, Call, assigned_attribute, attribute, method,
                        other_attributes, other_methods)
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .. import torchapi as api
-from .. import values as V
-from ..astutil import is_const, keyword
-from ..values import UNKNOWN, Value, derived, join_all
+from . import torchapi as api
+from ..core import values as V
+from ..core.astutil import is_const, keyword
+from ..core.values import UNKNOWN, Value, derived, join_all
 from .registry import Call, grad_context, qualified, qualified_matching
 
 

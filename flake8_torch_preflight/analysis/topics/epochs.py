@@ -10,11 +10,11 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Tuple
 
-from . import values as V
-from .astutil import iterated_expr
-from .events import FunctionFacts
-from .memo import per_file
-from .values import Value
+from ..core import values as V
+from ..core.astutil import iterated_expr
+from ..core.events import FunctionFacts
+from ..core.memo import per_file
+from ..core.values import Value
 
 
 @per_file("epoch_loops")

@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted
-from .events import FunctionFacts
-from .memo import per_file
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted
+from ..core.events import FunctionFacts
+from ..core.memo import per_file
 
 # Methods that only act when called, and the receivers they belong to.
 MODULE_KIND, OPTIMIZER_KIND, SCHEDULER_KIND, LOSS_KIND = "module", "optimizer", "scheduler", "loss"

@@ -25,14 +25,14 @@ import re
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
-from . import torchapi as api
-from . import values as V
+from ..semantics import torchapi as api
+from ..core import values as V
 from .amp import SCALE
-from .astutil import dotted, keyword, short, target_texts
-from .events import Backward, Cond, FunctionFacts, LocalCall, Site
-from .memo import per_file
+from ..core.astutil import dotted, keyword, short, target_texts
+from ..core.events import Backward, Cond, FunctionFacts, LocalCall, Site
+from ..core.memo import per_file
 from .optimizers import call_at
-from .questions import Does
+from ..core.questions import Does
 
 _ACCUM_NAME = re.compile(r"accum|micro_?batch|microbatch|num_micro", re.IGNORECASE)
 # A flag that says "this micro-step ends the window" (or "we are still accumulating").

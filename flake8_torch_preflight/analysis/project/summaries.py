@@ -34,9 +34,9 @@ import ast
 import hashlib
 from typing import Dict, NamedTuple, Optional, Tuple
 
-from . import values as V
+from ..core import values as V
 from . import workspace
-from .questions import Does
+from ..core.questions import Does
 
 SUMMARY_VERSION = "1"
 _SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
@@ -102,7 +102,7 @@ def for_module(path: str) -> Optional[ModuleSummary]:
     found = _SUMMARIES.get(key)
     if found is not None:
         return found
-    from .file_analysis import FileAnalysis    # the analysis builds on this layer's modules
+    from ..file_analysis import FileAnalysis    # the analysis builds on this layer's modules
     analysis = workspace.analysis_of(path, FileAnalysis)
     if analysis is None:
         return None
@@ -126,7 +126,7 @@ def value_summary(value: Optional[V.Value]) -> ValueSummary:
 
 
 def _function_summary(analysis, func) -> FunctionSummary:
-    from .seeding import function_seeds      # seeding reads this layer's analyses
+    from ..topics.seeding import function_seeds      # seeding reads this layer's analyses
     facts = analysis.facts_for(func)
     does = tuple(what.value for what in Does if analysis.function_does(func, what))
     per_call, per_element = [], []

@@ -15,14 +15,14 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
-from . import torchapi as api
-from . import values as V
+from ..semantics import torchapi as api
+from ..core import values as V
 from .amp import exclusive
-from .astutil import dotted, keyword
+from ..core.astutil import dotted, keyword
 from .distributed import scope_of
 from .epochs import argument_for
-from .events import CallSite, FunctionFacts, Site
-from .memo import per_file
+from ..core.events import CallSite, FunctionFacts, Site
+from ..core.memo import per_file
 
 FSDP1 = "FullyShardedDataParallel"
 FSDP2 = "fully_shard"

@@ -7,7 +7,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from . import torchapi
+from ..semantics import torchapi
 from .imports import ImportTable
 
 FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)

@@ -12,14 +12,14 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted, is_const, keyword, target_texts
-from .constants import unreachable
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, is_const, keyword, target_texts
+from ..core.constants import unreachable
 from .epochs import argument_for, epoch_loops, generator_epochs, iterated_loaders, loaders_per_epoch
-from .memo import per_file
-from .events import CallSite, FunctionFacts
-from .index import VAL_LOADER_RE
+from ..core.memo import per_file
+from ..core.events import CallSite, FunctionFacts
+from ..project.index import VAL_LOADER_RE
 
 # Names (variables, attributes, keyword arguments, helpers) that say "this depends on the
 # process rank": a dataset or sampler built with one of them is taken to be sharded.

@@ -14,12 +14,12 @@ import os
 from collections import OrderedDict
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from . import project
-from . import torchapi as api
+from ..project import resolution as project
+from ..semantics import torchapi as api
 from .epochs import argument_for
-from .events import CallSite, FunctionFacts
-from .memo import per_file
-from .questions import Does
+from ..core.events import CallSite, FunctionFacts
+from ..core.memo import per_file
+from ..core.questions import Does
 
 TORCH, TORCH_CUDA, NUMPY, RANDOM = "torch", "torch.cuda", "numpy", "random"
 ALL = frozenset({TORCH, TORCH_CUDA, NUMPY, RANDOM})

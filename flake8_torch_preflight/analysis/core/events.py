@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 from .values import UNKNOWN, Value
 
 if TYPE_CHECKING:   # annotations only: index.py does not need events
-    from .index import FunctionInfo
+    from ..project.index import FunctionInfo
 
 
 @dataclass(frozen=True)

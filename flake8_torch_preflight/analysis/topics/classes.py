@@ -13,12 +13,12 @@ import ast
 import builtins
 from typing import List
 
-from . import values as V
-from .astutil import assigns_self_attribute
-from .memo import per_file
-from .project import is_project_name, resolve_class
-from .questions import Does
-from .torchapi import DDP_WRAPPERS, is_torch_nn_class
+from ..core import values as V
+from ..core.astutil import assigns_self_attribute
+from ..core.memo import per_file
+from ..project.resolution import is_project_name, resolve_class
+from ..core.questions import Does
+from ..semantics.torchapi import DDP_WRAPPERS, is_torch_nn_class
 
 _BUILTINS = frozenset(dir(builtins))
 

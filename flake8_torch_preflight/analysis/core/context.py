@@ -7,8 +7,8 @@ from typing import Dict, Optional, Protocol
 
 from .bindings import Bindings
 from .events import FunctionFacts
-from .imports import ImportTable
-from .index import ClassInfo, FileIndex, FunctionInfo
+from ..project.imports import ImportTable
+from ..project.index import ClassInfo, FileIndex, FunctionInfo
 from .values import Value
 
 

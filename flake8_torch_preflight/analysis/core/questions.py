@@ -9,7 +9,7 @@ from enum import Enum
 from typing import Callable, Dict, List
 
 from .events import FunctionFacts, Site
-from .torchapi import GRADIENT_FUNCS
+from ..semantics.torchapi import GRADIENT_FUNCS
 
 
 class Does(str, Enum):

@@ -14,10 +14,10 @@ import ast
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
-from . import values as V
-from .astutil import is_const, keyword
-from .events import CallSite, FunctionFacts, Site, Step
-from .memo import per_file
+from ..core import values as V
+from ..core.astutil import is_const, keyword
+from ..core.events import CallSite, FunctionFacts, Site, Step
+from ..core.memo import per_file
 from .optimizers import is_clip
 
 SCALE, UNSCALE, SCALER_STEP, UPDATE, CLIP = "scale", "unscale_", "step", "update", "clip"

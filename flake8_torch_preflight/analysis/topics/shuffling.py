@@ -30,19 +30,19 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted, is_const, iterated_expr, keyword, short
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, is_const, iterated_expr, keyword, short
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
                           sharding_reason, synthetic_data)
 from .epochs import argument_for, iterated_loaders
-from .events import CallSite, FunctionFacts
-from .index import VAL_LOADER_RE, FunctionInfo
-from .memo import per_file
-from .project import is_project_name, resolve, resolve_class
-from .semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ORDER_KEEPING,
-                             INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES,
-                             RANDOM_DRAW_PREFIXES, REAL_VALUED_DRAWS)
+from ..core.events import CallSite, FunctionFacts
+from ..project.index import VAL_LOADER_RE, FunctionInfo
+from ..core.memo import per_file
+from ..project.resolution import is_project_name, resolve, resolve_class
+from ..semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ORDER_KEEPING,
+                              INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES,
+                              RANDOM_DRAW_PREFIXES, REAL_VALUED_DRAWS)
 
 # An order drawn once (`random_split`, a permuted index list): random, if fixed.
 ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm",

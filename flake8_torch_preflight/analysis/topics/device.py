@@ -9,12 +9,12 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted, is_self_attribute, keyword, target_texts
-from .events import CallSite, FunctionFacts
-from .memo import per_file
-from .questions import Does
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, is_self_attribute, keyword, target_texts
+from ..core.events import CallSite, FunctionFacts
+from ..core.memo import per_file
+from ..core.questions import Does
 
 # Calls that only make sense when the script runs on an NVIDIA GPU.
 _CUDA_CALLS = frozenset({"torch.cuda.set_device", "torch.cuda.synchronize",

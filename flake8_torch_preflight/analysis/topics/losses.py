@@ -11,11 +11,11 @@ import ast
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted, keyword, short
-from .events import CallSite, FunctionFacts
-from .values import UNKNOWN, Value
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, keyword, short
+from ..core.events import CallSite, FunctionFacts
+from ..core.values import UNKNOWN, Value
 
 CROSS_ENTROPY = "cross_entropy"
 NLL = "nll_loss"

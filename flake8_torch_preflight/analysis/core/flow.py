@@ -17,15 +17,16 @@ import ast
 import weakref
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from . import project, semantics
+from ..project import resolution as project
+from .. import semantics
 from . import values as V
 from .astutil import dotted
 from .context import FileContext
 from .env import Env, carried_values_changed, merge_envs
-from .index import FunctionInfo
+from ..project.index import FunctionInfo
 from .events import (Backward, CallSite, Cond, Forward, Freeze, FunctionFacts, LocalCall, ModeCall,
                      Site, Step, Store)
-from .semantics import Access, Call
+from ..semantics import Access, Call
 from .values import UNKNOWN, Value, derived, join, join_all
 
 _MAX_DEPTH_TWICE = 4   # loops nested deeper than this are walked once

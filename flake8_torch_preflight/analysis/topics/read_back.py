@@ -18,12 +18,12 @@ from __future__ import annotations
 import ast
 from typing import Callable, Dict, Iterator, List, Optional, Set
 
-from . import torchapi as api
-from . import values as V
-from .astutil import target_texts
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import target_texts
 from .device import encloses, is_transfer
-from .events import CallSite, FunctionFacts
-from .semantics.containers import STORE_METHODS
+from ..core.events import CallSite, FunctionFacts
+from ..semantics.containers import STORE_METHODS
 
 _MAX_ROUNDS = 6   # names bound from the buffer, from those, ... (label reuse needs one)
 # Builtins whose result says nothing about the contents (a size is bookkeeping).

@@ -12,12 +12,12 @@ import ast
 from dataclasses import dataclass
 from typing import List, Optional
 
-from . import torchapi as api
-from . import values as V
-from .astutil import keyword
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import keyword
 from .epochs import resolve_values
-from .events import FunctionFacts, Site
-from .memo import per_file
+from ..core.events import FunctionFacts, Site
+from ..core.memo import per_file
 
 SGD_LIKE = "sgd"            # update = lr * g (+ momentum): a k x gradient is a k x step
 SCALE_INVARIANT = "adaptive"  # update ~ m / sqrt(v) (or sign(g)): the gradient's scale cancels

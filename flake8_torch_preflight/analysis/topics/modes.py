@@ -13,14 +13,14 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted, is_const
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, is_const
 from .epochs import argument_for, resolve_values
-from .memo import per_file
-from .events import FunctionFacts, Site
-from .questions import Does
-from .project import is_project_name
+from ..core.memo import per_file
+from ..core.events import FunctionFacts, Site
+from ..core.questions import Does
+from ..project.resolution import is_project_name
 
 # Top-level packages that are libraries, not the project's own code: a call into them never
 # toggles the user's model back to training mode.

@@ -26,13 +26,13 @@ from __future__ import annotations
 import ast
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
-from . import torchapi as api
-from . import values as V
-from .astutil import dotted, short
-from .events import FunctionFacts
-from .memo import per_file
-from .questions import Does
-from .values import Value
+from ..semantics import torchapi as api
+from ..core import values as V
+from ..core.astutil import dotted, short
+from ..core.events import FunctionFacts
+from ..core.memo import per_file
+from ..core.questions import Does
+from ..core.values import Value
 
 # what each failed tensor premise says
 _NOT_A_TENSOR = (

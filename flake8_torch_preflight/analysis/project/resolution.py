@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from .context import FileContext
+from ..core.context import FileContext
 from .index import ClassInfo, FunctionInfo
 
 _MAX_HOPS = 3            # re-exports followed (`from .net import Net` in `models/__init__.py`)
