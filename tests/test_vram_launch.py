@@ -9,7 +9,8 @@ import pytest
 from vram_estimator.knowledge import db
 from vram_estimator.api import estimate_configs, estimate_file, estimate_source
 from vram_estimator.cli import main
-from vram_estimator.reading.model_names import closest_models, stored_precision
+from vram_estimator.knowledge.db import closest_models
+from vram_estimator.knowledge.model_names import stored_precision
 
 
 def settings(result):

@@ -22,26 +22,17 @@ ask `is_fixable` while checking.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional
 
 from ..findings import Finding
+from .result import FixResult
+
+__all__ = ["FixResult", "fix_source", "is_fixable"]
 
 
 def is_fixable(finding: Finding) -> bool:
     """Whether `tpf fix` will try this finding: its rule attached a fix plan (cheap)."""
     return finding.plan is not None
-
-
-@dataclass
-class FixResult:
-    source: str
-    fixed: List[Finding] = field(default_factory=list)
-    skipped: List[Tuple[Finding, str]] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.fixed)
 
 
 def fix_source(source: str, filename: str = "<stdin>",

@@ -15,7 +15,8 @@ import libcst as cst
 from ..analysis.core.astutil import nesting_depth
 from ..engine import has_skip_file_comment, lint_tree
 from ..findings import Finding
-from . import FixResult, tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
+from . import tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
+from .result import FixResult
 from .edits import Context, CstUnavailable, Edit, ensure_import
 
 # plan kind -> the fixer that writes its edits

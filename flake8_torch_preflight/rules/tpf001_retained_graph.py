@@ -160,21 +160,7 @@ class RetainedGraph(Rule):
             return True           # slices of one tensor made before the loop: one graph
         if store.how == "setitem" and _keyed_by_inner_loop(analysis, facts, store):
             return True           # `for k in keys: feats[k] = ...` in a micro-step: same entries
-        if _iterates_modules(facts, innermost):
-            return True           # a walk over layers: as many entries as layers, not steps
-        if store.how == "augassign" and store.key in value.containers:
-            # `x = x + dt * model(x)`: an iterative computation (sampler, ODE step,
-            # unrolled RNN), not a pile of per-step graphs.
-            return True
-        if in_call and module_like(analysis, func.cls):
-            # A list in a module method lives for this forward (its own, or a graph object
-            # passed in), and autograd keeps those activations for its backward anyway.
-            return True
-        if local and len(store.site.loops) == 1 and (
-                _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
-                and analysis.loop_does(facts, innermost, Does.BACKWARD)):
-            # Micro-batches of one optimizer step: bounded by the accumulation count, and
-            # the list dies with the call (also `for _ in range(grad_accum): ... engine.step()`).
+        if _bounded_by_the_iteration(analysis, facts, store, in_call, local):
             return True
         return store.key in consumed or store.key in returned
 
@@ -324,6 +310,27 @@ def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:
         return True
     return any(loop not in c.site.loops and analysis.function_does(c.callee, Does.STEP)
                for c in facts.local_calls)
+
+
+def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool) -> bool:
+    """Stores that grow with something other than the training steps: layers, an
+    iterative computation, one forward, or the micro-batches of one optimizer step."""
+    innermost = store.site.loops[-1]
+    if _iterates_modules(facts, innermost):
+        return True           # a walk over layers: as many entries as layers, not steps
+    if store.how == "augassign" and store.key in store.value.containers:
+        # `x = x + dt * model(x)`: an iterative computation (sampler, ODE step,
+        # unrolled RNN), not a pile of per-step graphs.
+        return True
+    if in_call and module_like(analysis, facts.func.cls):
+        # A list in a module method lives for this forward (its own, or a graph object
+        # passed in), and autograd keeps those activations for its backward anyway.
+        return True
+    # Micro-batches of one optimizer step: bounded by the accumulation count, and the list
+    # dies with the call (also `for _ in range(grad_accum): ... engine.step()`).
+    return local and len(store.site.loops) == 1 and (
+        _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
+        and analysis.loop_does(facts, innermost, Does.BACKWARD))
 
 
 def _iterates_modules(facts: FunctionFacts, loop) -> bool:

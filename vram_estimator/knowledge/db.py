@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .families import all_families, family
+from .model_names import alternative_forms, suggestion_text
 from .registry import KIND_TRAITS, Breakdown, Dims, Family
 
 # the package data lives in vram_estimator/data, one folder above this room
@@ -160,8 +161,6 @@ def find_model(name: str) -> Optional[str]:
     (re-uploads, quantised copies, checkpoint folders) through ``model_names``."""
     if not name or len(name) > 300:
         return None
-    from ..reading.model_names import alternative_forms
-
     for form in (name, *alternative_forms(name)):
         key = _find_model_as_written(form)
         if key:
@@ -476,3 +475,14 @@ def parse_params(text: str) -> Optional[int]:
     scale = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}[m.group(2).lower()]
     value = int(float(m.group(1)) * scale)
     return value if 0 < value <= _MAX_PARAMS else None
+
+
+def closest_models(text: str, limit: int = 3) -> list:
+    """The built-ins closest to an unknown name (difflib on the reduced name), else those of the
+    size the name states (``stablelm-base-alpha-3b`` -> the 3B models)."""
+    reduced = suggestion_text(text)[:64]
+    near = suggestions(reduced, model_names(), limit)
+    if near:
+        return near
+    sizes = re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)b(?![a-z0-9])", reduced.lower().replace("_", "-"))
+    return [k for k in model_names() if sizes and k.endswith(f"-{sizes[-1]}b")][:limit]

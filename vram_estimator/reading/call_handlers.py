@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..knowledge import db
 from .config_comments import ATTENTIONS
 from .configs.formats import read_deepspeed, torchtune_model_settings
-from .model_names import lit_llama_size
+from ..knowledge.model_names import lit_llama_size
 from .script_state import ScriptState
 from .setting_names import optimizer_name
 from .tables import LIGHTNING_PRECISION, LITGPT_LORA_ROLES, OPTIMIZER_CLASSES
@@ -323,6 +323,16 @@ def _hf_args(reader: ScriptState, call: ast.Call, q: str) -> None:
         if v is True:
             reader.put("precision", precision, line, 3, how)
             break
+    _hf_optim(reader, call, line, last)
+    for k in ("max_seq_length", "max_length"):
+        v, how = reader.value_of(call, k)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
+            reader.put("seq", v, line, 3, how)
+    _hf_sharding(reader, call, line)
+
+
+def _hf_optim(reader: ScriptState, call: ast.Call, line: int, last: str) -> None:
+    """`optim="paged_adamw_8bit"` / `optim=OptimizerNames.PAGED_ADAMW_8BIT`, else HF's default."""
     v, how = reader.value_of(call, "optim")
     optim = reader.kw(call, "optim")
     if v is None and isinstance(optim, ast.Attribute):  # OptimizerNames.PAGED_ADAMW_8BIT
@@ -333,10 +343,10 @@ def _hf_args(reader: ScriptState, call: ast.Call, q: str) -> None:
             reader.put("optimizer_foreach", False, line, 4, how)
     else:
         reader.put("optimizer", "adamw", line, 2, f"{last} default optim=adamw_torch", guessed=True)
-    for k in ("max_seq_length", "max_length"):
-        v, how = reader.value_of(call, k)
-        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
-            reader.put("seq", v, line, 3, how)
+
+
+def _hf_sharding(reader: ScriptState, call: ast.Call, line: int) -> None:
+    """`deepspeed="ds.json"` (followed) and `fsdp="full_shard offload"`."""
     ds = reader.kw(call, "deepspeed")
     if ds is not None:
         _deepspeed_config(reader, ds, line)

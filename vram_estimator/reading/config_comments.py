@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..knowledge import db
 from .hf_local import model_from_local
-from .model_names import suggestion_text
+from ..knowledge.model_names import suggestion_text
 
 PREFIX = re.compile(r"^#+\s*vram\s*:", re.I)
 

@@ -28,7 +28,8 @@ from ..knowledge import db
 from .configs import read_config
 from .folding import Folder
 from .hf_local import model_from_local
-from .model_names import closest_models, stored_precision
+from ..knowledge.db import closest_models
+from ..knowledge.model_names import stored_precision
 from .script_state import ScriptFacts
 
 MAX_SCRIPT_BYTES = 10 << 20

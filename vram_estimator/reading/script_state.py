@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..knowledge import db
 from .config_comments import Value
 from .folding import Evaluate, Folder, Resolved
-from .model_names import stored_precision
+from ..knowledge.model_names import stored_precision
 from .setting_names import dtype_name, interpret
 
 MAX_CHAIN = 64  # longer attribute/call chains are never names we know

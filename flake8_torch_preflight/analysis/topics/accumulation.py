@@ -578,33 +578,49 @@ def _changed_in_place(facts: FunctionFacts, name: str, since: ast.AST, use: ast.
 
 def _unread_loss_call(analysis, facts: FunctionFacts, call: ast.Call, loop) -> bool:
     func = call.func
-    callee = facts.value(func)
-    if callee.tags or callee.cls is not None:
-        return False                  # a loss or model object flow knows: its value decides
-    qual = analysis.imports.qualname(func)
-    if qual is not None and qual.startswith("torch."):
-        return False                  # torch's own functions are modelled by flow
+    if _flow_decides(analysis, facts, func):
+        return False
     helper = analysis.index.function_named(func.id, facts.func) if isinstance(func, ast.Name) \
         else None
     if helper is not None and not (_blind_to_count(analysis, helper)
                                    and facts.value(call).has(V.LOSS)):
         return False   # a function of this file that may see the count: its summary decides
-    text = dotted(func) or ""
-    if text.startswith("self.") and facts.func is not None and facts.func.cls is not None \
-            and facts.func.cls.method(text.split(".")[1]) is not None:
+    if _own_method(facts, dotted(func) or ""):
         return False                  # a method may read `self`'s accumulation count
-    arguments = list(call.args) + [kw.value for kw in call.keywords]
     if any(kw.arg is None for kw in call.keywords):
         return False
-    for arg in arguments:
-        for node in ast.walk(arg):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                name = dotted(node)
-                if name and any(_CARRIES_COUNT.search(part) for part in name.split(".")):
-                    return False
+    arguments = list(call.args) + [kw.value for kw in call.keywords]
+    if any(_names_a_count(arg) for arg in arguments):
+        return False
     if helper is not None:
         return True    # flow read the helper: what it returns is a loss
     return any(facts.value(arg).grad or _model_output(analysis, loop, arg) for arg in arguments)
+
+
+def _flow_decides(analysis, facts: FunctionFacts, func: ast.expr) -> bool:
+    """A loss or model object the flow knows (its value decides), or a torch function (flow
+    models torch's own functions)."""
+    callee = facts.value(func)
+    if callee.tags or callee.cls is not None:
+        return True
+    qual = analysis.imports.qualname(func)
+    return qual is not None and qual.startswith("torch.")
+
+
+def _own_method(facts: FunctionFacts, text: str) -> bool:
+    """`self.compute_loss(...)` naming a method of the enclosing class."""
+    return text.startswith("self.") and facts.func is not None and facts.func.cls is not None \
+        and facts.func.cls.method(text.split(".")[1]) is not None
+
+
+def _names_a_count(arg: ast.expr) -> bool:
+    """An argument mentioning a name that may carry the accumulation count."""
+    for node in ast.walk(arg):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            name = dotted(node)
+            if name and any(_CARRIES_COUNT.search(part) for part in name.split(".")):
+                return True
+    return False
 
 
 def _blind_to_count(analysis, func, depth: int = 3) -> bool:

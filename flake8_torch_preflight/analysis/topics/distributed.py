@@ -457,18 +457,30 @@ def _dataset_sharded(analysis, facts, scope: Scope, expr: ast.expr, depth: int) 
     for rhs in rhss:
         if _expr_sharded(analysis, facts, scope, rhs):
             return True
+    if _sharded_in_place(facts, scope, text):
+        return True
+    return bool(value.params) and facts.func is not None and depth > 0 \
+        and _sharded_by_callers(analysis, facts, value.params, depth)
+
+
+def _sharded_in_place(facts, scope: Scope, text: str) -> bool:
+    """`dataset.shard(num_shards=world_size, index=rank)` as a statement."""
     for call in facts.calls:
         func = call.node.func
         if isinstance(func, ast.Attribute) and dotted(func.value) == text and \
                 mentions_rank(call.node, scope.tainted):
-            return True    # `dataset.shard(num_shards=world_size, index=rank)` as a statement
-    if value.params and facts.func is not None and depth > 0:
-        for caller_facts, local in analysis.callers(facts.func):
-            for index in value.params:
-                arg = argument_for(facts.func, local.node, index)
-                if arg is None or _dataset_sharded(analysis, caller_facts,
-                                                   scope_of(analysis, caller_facts), arg, depth - 1):
-                    return True
+            return True
+    return False
+
+
+def _sharded_by_callers(analysis, facts, params, depth: int) -> bool:
+    """The dataset is a parameter: some caller passes a sharded one (or one we cannot see)."""
+    for caller_facts, local in analysis.callers(facts.func):
+        for index in params:
+            arg = argument_for(facts.func, local.node, index)
+            if arg is None or _dataset_sharded(analysis, caller_facts,
+                                               scope_of(analysis, caller_facts), arg, depth - 1):
+                return True
     return False
 
 

@@ -381,14 +381,18 @@ def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
         kinds = [_dataset_kind(analysis, facts, rhs, depth) for rhs in producers]
         return kinds[0] if kinds and all(k is not None for k in kinds) else None
     if facts.func is not None and text in facts.func.params and depth > 0:
-        index = facts.func.params.index(text)
-        kinds = []
-        for caller_facts, local in analysis.callers(facts.func):
-            arg = argument_for(facts.func, local.node, index)
-            kinds.append(_dataset_kind(analysis, caller_facts, arg, depth - 1)
-                         if arg is not None else None)
-        return kinds[0] if kinds and all(k is not None for k in kinds) else None
+        return _kind_from_callers(analysis, facts, facts.func.params.index(text), depth)
     return None
+
+
+def _kind_from_callers(analysis, facts, index: int, depth: int) -> Optional[str]:
+    """A dataset parameter: map-style when every caller of the file passes one."""
+    kinds = []
+    for caller_facts, local in analysis.callers(facts.func):
+        arg = argument_for(facts.func, local.node, index)
+        kinds.append(_dataset_kind(analysis, caller_facts, arg, depth - 1)
+                     if arg is not None else None)
+    return kinds[0] if kinds and all(k is not None for k in kinds) else None
 
 
 def _random_split_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[str]:

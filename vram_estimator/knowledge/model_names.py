@@ -100,16 +100,3 @@ def lit_llama_size(text: str) -> Optional[str]:
 def suggestion_text(text: str) -> str:
     """What to compare with the known names for "closest built-in" hints."""
     return _without_quant_suffix(_without_folders(text or "")).rsplit("/", 1)[-1] or text
-
-
-def closest_models(text: str, limit: int = 3) -> list:
-    """The built-ins closest to an unknown name (difflib on the reduced name), else those of the
-    size the name states (``stablelm-base-alpha-3b`` -> the 3B models)."""
-    from ..knowledge import db
-
-    reduced = suggestion_text(text)[:64]
-    near = db.suggestions(reduced, db.model_names(), limit)
-    if near:
-        return near
-    sizes = re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)b(?![a-z0-9])", reduced.lower().replace("_", "-"))
-    return [k for k in db.model_names() if sizes and k.endswith(f"-{sizes[-1]}b")][:limit]
