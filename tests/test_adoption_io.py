@@ -146,7 +146,7 @@ def test_libcst_parses_only_the_statements_a_fix_touches(monkeypatch):
     from flake8_torch_preflight.fixes import fix_source
 
     helper = "def helper_{0}(values):\n    return [v * 2 for v in values if v > {0}]\n\n\n"
-    source = ("import torch\n\n\n" + "".join(helper.format(i) for i in range(200))
+    source = ("import torch\nimport torch.nn.functional as F\n\n\n" + "".join(helper.format(i) for i in range(200))
               + LEAKY.split("\n\n\n", 1)[1] + "\n\n" + "".join(helper.format(i) for i in range(200, 300)))
     parsed = []
     real_parse = libcst.parse_module
