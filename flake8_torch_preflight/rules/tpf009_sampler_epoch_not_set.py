@@ -49,7 +49,9 @@ does); with no such caller, or one passing something unknown, it is not seen as 
 `set_epoch` call outside the epoch loop does not count. Lightning and HF `Trainer` loops set
 the epoch themselves and are not seen as epoch loops. Loaders of other packages
 (`torch_geometric.loader.DataLoader`) and samplers of the project's own classes are not
-modelled.
+modelled. Quiet over a dataset of random draws (`TensorDataset(torch.randn(...))`, `FakeData`, a
+project class whose `__getitem__` reads only what its constructor drew at random): every
+sample is noise, so one replayed order changes nothing.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from typing import Iterator
 
 from ..analysis import FileAnalysis
 from ..analysis.topics.distributed import epoch_feeds, sampler_constructions, sets_epoch, shuffles
+from ..analysis.topics.shuffling import drawn_at_random
 from ..findings import WARNING, Finding
 from .base import Rule
 
@@ -68,8 +71,8 @@ class SamplerEpochNotSet(Rule):
     fix_safety = "unsafe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        for _, call in sampler_constructions(analysis):
-            if not shuffles(call):
+        for facts, call in sampler_constructions(analysis):
+            if not shuffles(call) or _random_samples(analysis, facts, call):
                 continue
             feeds = epoch_feeds(analysis, call.node)
             if not feeds:
@@ -91,3 +94,12 @@ class SamplerEpochNotSet(Rule):
                 f"loop (directly or in a helper it calls)",
                 f"call `sampler.set_epoch(epoch)` at the top of the loop at line "
                 f"{feed.epoch_loop.lineno}")
+
+
+def _random_samples(analysis, facts, call) -> bool:
+    """The sampler's dataset is made of random draws: replaying one order of noise every
+    epoch changes nothing (a synthetic benchmark dataset)."""
+    node = call.node
+    dataset = node.args[0] if node.args else next(
+        (kw.value for kw in node.keywords if kw.arg == "dataset"), None)
+    return dataset is not None and drawn_at_random(analysis, facts, dataset)

@@ -868,3 +868,20 @@ def _reshuffles(analysis, facts, loop) -> bool:
 
 __all__ = ["Unshuffled", "unshuffled_training_loaders", "MAP_STYLE", "ITERABLE_BASES",
            "LIGHTNING_DATAMODULES", "LIGHTNING_TRAINERS"]
+
+
+def drawn_at_random(analysis, facts, expr: ast.expr, depth: int = 3) -> bool:
+    """The dataset's samples are fresh random draws: a synthetic dataset of draws
+    (`TensorDataset(torch.randn(n, d))`, `FakeData`) or a project class whose `__getitem__`
+    reads only what its constructor drew at random. The order it is read in changes nothing
+    a model learns from it (TPF009, TPF018). A name counts when every producer of it does."""
+    if synthetic_data(analysis, scope_of(analysis, facts), expr, depth=6):
+        return True
+    if isinstance(expr, ast.Name) and depth > 0:
+        producers = _producers(analysis, facts, expr.id)
+        return bool(producers) and all(drawn_at_random(analysis, facts, p, depth - 1)
+                                       for p in producers)
+    if not isinstance(expr, ast.Call):
+        return False
+    cls, owner = _project_class(analysis, expr, analysis.imports.qualname(expr.func))
+    return cls is not None and _samples_drawn_in_constructor(owner, cls)
