@@ -42,47 +42,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from calibration.common import FAMILY, est_config, estimate_of, reestimate  # noqa: E402,F401
+from calibration.saved_tensors import saved_during  # noqa: E402
 from vram_estimator.costs import estimate as E  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 
 
 def saved_bytes(model, make_input, precision, checkpointing):
-    # parameters and buffers (position-id tables, rotary caches) belong to the model, not to
-    # the activations; a saved view of a buffer would otherwise count the whole table
-    params = {p.untyped_storage().data_ptr() for p in list(model.parameters()) + list(model.buffers())}
-    seen = {}
-    casts = set()
-
-    class Casts(torch.utils._python_dispatch.TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if (
-                func is torch.ops.aten._to_copy.default
-                and isinstance(args[0], torch.Tensor)
-                and args[0].untyped_storage().data_ptr() in params
-            ):
-                casts.add(out.untyped_storage().data_ptr())
-            return out
-
-    def pack(t):
-        st = t.untyped_storage()
-        ptr = st.data_ptr()
-        if ptr not in params and ptr != 0:
-            seen[ptr] = (st.nbytes(), t)
-        return t
-
     model.train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     inputs = make_input()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Casts():
-        if precision == "bf16-mixed":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                out = model(**inputs)
-        else:
-            out = model(**inputs)
-    total = sum(n for ptr, (n, _) in seen.items() if ptr not in casts)
+    total, out = saved_during(model, lambda: model(**inputs), autocast=precision == "bf16-mixed")
     del out
     return total
 

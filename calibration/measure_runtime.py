@@ -45,6 +45,8 @@ import transformers as tf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from calibration.saved_tensors import saved_during  # noqa: E402
+
 OUT = os.path.join(ROOT, "calibration", "runtime.json")
 
 # two sizes: every term is pinned on both, so a term that only fits one size shows
@@ -58,42 +60,10 @@ LORA_SETS = {
 }
 
 
-def _param_storages(model):
-    return {p.untyped_storage().data_ptr() for p in list(model.parameters()) + list(model.buffers())}
-
-
 def saved_bytes(model, run, autocast=False):
     """Bytes autograd saves during ``run()`` (once per storage; parameters, buffers and autocast
     casts of parameters excluded) and the output of ``run``."""
-    params = _param_storages(model)
-    seen = {}
-    casts = set()
-
-    class Casts(torch.utils._python_dispatch.TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if (
-                func is torch.ops.aten._to_copy.default
-                and isinstance(args[0], torch.Tensor)
-                and args[0].untyped_storage().data_ptr() in params
-            ):
-                casts.add(out.untyped_storage().data_ptr())
-            return out
-
-    def pack(t):
-        st = t.untyped_storage()
-        ptr = st.data_ptr()
-        if ptr not in params and ptr != 0:
-            seen[ptr] = (st.nbytes(), t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Casts():
-        if autocast:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                out = run()
-        else:
-            out = run()
-    return sum(n for ptr, (n, _) in seen.items() if ptr not in casts), out
+    return saved_during(model, run, autocast)
 
 
 def llama_config(size):
