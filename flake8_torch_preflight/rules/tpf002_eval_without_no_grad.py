@@ -196,11 +196,11 @@ def _recording_evaluation_forwards(analysis: FileAnalysis, facts, trained) -> It
             call = calls.get(id(site.node))
             if call is None or not any(a.grad for a in call.args):
                 continue   # a metric module on graph-free inputs records nothing
-        if _warm_up(analysis, facts, forward):
-            continue       # made-up input, output dropped: no evaluation, no graph kept
         reason = analysis.evaluation_reason(facts, site)
         if reason is None or analysis.scope_does(facts, site, Does.DIFFERENTIATE):
             continue
+        if _warm_up(analysis, facts, forward):
+            continue       # made-up input, output dropped: no evaluation, no graph kept
         if "by its name" in reason and _model_api(analysis, func):
             continue   # `Policy.evaluate_actions()`: its callers decide the grad mode
         if _feeds_training(forward, trained) or _called_by_forward(analysis, func):

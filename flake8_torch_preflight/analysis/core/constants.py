@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from .events import FunctionFacts, Site
 from .memo import per_file
@@ -243,16 +243,24 @@ def _rebinds(func_node: ast.AST, name: str) -> bool:
 def _constructions(analysis, cls) -> list:
     """The calls that build `cls` in this file; empty when the class is also named in any
     other way (a base, a value handed on, `cls(...)` / `type(self)(...)` in its methods)."""
-    calls, named = [], 0
-    for node in ast.walk(analysis.tree):
-        if isinstance(node, ast.Name) and node.id == cls.name:
-            named += 1
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == cls.name:
-            calls.append(node)
+    named, calls = _name_uses(analysis).get(cls.name, (0, []))
     if named != len(calls) or _builds_itself(cls):
         return []
     return calls
+
+
+@per_file("name_uses")
+def _name_uses(analysis) -> Dict[str, Tuple[int, List[ast.Call]]]:
+    """name -> (how often it is read or written, the calls `name(...)`), one walk of the file
+    for every class asked about."""
+    named: Dict[str, int] = {}
+    calls: Dict[str, List[ast.Call]] = {}
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Name):
+            named[node.id] = named.get(node.id, 0) + 1
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            calls.setdefault(node.func.id, []).append(node)
+    return {name: (count, calls.get(name, [])) for name, count in named.items()}
 
 
 def _builds_itself(cls) -> bool:
