@@ -410,6 +410,7 @@ def _load_baseline(args):
     if not args.baseline:
         return None
     from .baseline import BaselineError, load
+    from .progress import in_ci
     from .writing import check_writable
 
     recorded = load(args.baseline)
@@ -420,11 +421,6 @@ def _load_baseline(args):
     if recorded is None or args.update_baseline:
         check_writable(args.baseline)
     return recorded
-
-
-def in_ci() -> bool:
-    """`CI` set to anything but empty, 0, false or no (every CI service sets it)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _apply_baseline(items, results, recorded, args):

@@ -16,8 +16,14 @@ _DELAY = 0.5        # seconds before the line first appears
 _INTERVAL = 0.1     # seconds between redraws
 
 
+def in_ci() -> bool:
+    """`CI` set to anything but empty, 0, false or no (every CI service sets it): no progress
+    bar, and `tpf check --baseline` never creates a missing baseline."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def wanted(stream: TextIO, quiet: int) -> bool:
-    if quiet > 0 or os.environ.get("CI", "").strip().lower() not in ("", "0", "false"):
+    if quiet > 0 or in_ci():
         return False
     try:
         return stream.isatty()
