@@ -4,6 +4,9 @@
     python -m benchmarks.corpus lint   --dest /work/corpus --out /tmp/findings.txt [--flake8]
     python -m benchmarks.corpus stats  --dest /work/corpus [--subset tuned|new]
 
+Each subcommand takes `--toml PATH` to use another set laid out the same way (a held-out set,
+e.g. `benchmarks/heldout_own.toml`) instead of `benchmarks/corpus.toml`.
+
 `benchmarks/corpus.toml` names each repository, the commit and the folders (or single files)
 that are training-relevant. `layout` reads the snapshot that the `fetch` tool brought to
 `<mirrors>/<owner>+<name>/repo` (a bare git directory) and writes only the `.py` files of those
@@ -257,9 +260,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_stats = sub.add_parser("stats", help="files and lines per repository")
     p_stats.add_argument("--dest", type=Path, default=DEFAULT_DEST)
     p_stats.add_argument("--subset", choices=("all", "tuned", "new"), default="all")
+    for p in (p_layout, p_lint, p_stats):
+        p.add_argument("--toml", type=Path, default=None, metavar="PATH",
+                       help="another corpus toml (a held-out set); overrides --corpus")
     args = parser.parse_args(argv)
 
-    repos = load_corpus(args.corpus)
+    repos = load_corpus(args.toml or args.corpus)
     if args.cmd == "layout":
         return layout(repos, args.mirrors, args.dest)
     files = corpus_files(args.dest, select_repos(repos, args.subset))
