@@ -115,6 +115,16 @@ def _validate_gpu(value: Optional[str]) -> None:
         raise UsageError(f"--vram-gpu {value[:64]}: {why}")
 
 
+def _unknown_rule(text: str) -> str:
+    """One line for `tpf explain` of a code or name no rule has, with the closest names."""
+    from .reporting import rule_docs
+
+    names = [doc.name for doc in rule_docs().values()]
+    close = difflib.get_close_matches(text.lower(), names, n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"unknown rule code or name {text!r}{hint} (run `tpf rules`)"
+
+
 # ---------------------------------------------------------------------------- options
 
 def _code_list(text: str) -> List[str]:
@@ -181,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "project root); config: tpf-cache = false; env: TPF_NO_CACHE=1")
     check.add_argument("--statistics", action="store_true",
                        help="after the report, findings and # noqa suppressions per rule")
+    check.add_argument("--exit-zero", action="store_true",
+                       help="exit 0 even when findings are reported (a file that could not "
+                            "be checked still exits 1; bad usage still 2)")
+    check.add_argument("--show-source", action=argparse.BooleanOptionalAction, default=True,
+                       help="show each finding's source line with a caret (the default; "
+                            "--no-show-source leaves it out)")
 
     fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013)")
     _add_common(fix)
@@ -197,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not read or write the cache across runs")
 
     explain = sub.add_parser("explain", help="show a rule's documentation")
-    explain.add_argument("code")
+    explain.add_argument("code", help="a rule code (TPF001) or name (retained-graph)")
     sub.add_parser("rules", help="list every rule")
     return parser
 
@@ -241,7 +257,7 @@ def _main(argv: List[str]) -> int:
         from .reporting import explain
         text = explain(args.code)
         if text is None:
-            raise UsageError(f"unknown rule code {args.code!r} (run `tpf rules`)")
+            raise UsageError(_unknown_rule(args.code))
         sys.stdout.write(text)
         return EXIT_CLEAN
     for option in ("select", "ignore", "extend_select", "extend_ignore"):
@@ -361,7 +377,7 @@ def _check(files: List[str], settings: Settings, args) -> int:
     shown = [i for i in items if i.baseline != "unchanged"]
     text = _render(args, shown, items, absent, errors, len(results), suppressed)
     _emit(text, output)
-    failing = reporting.at_or_above(shown, args.fail_on)
+    failing = reporting.at_or_above(shown, args.fail_on) and not args.exit_zero
     return EXIT_FINDINGS if failing or errors else EXIT_CLEAN
 
 
@@ -382,7 +398,8 @@ def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
         stream = sys.stdout if not args.output_file else None
         colour = args.color == "always" or (args.color == "auto" and stream is not None
                                             and stream.isatty() and "NO_COLOR" not in os.environ)
-        text = reporting.render_terminal(shown, None, colour)
+        listed = shown if args.show_source else [replace(i, snippet="") for i in shown]
+        text = reporting.render_terminal(listed, None, colour)
         text += reporting.summary_line(shown, file_count, len(errors))
         if args.baseline:
             known = len(items) - len(shown)

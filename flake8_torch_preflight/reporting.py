@@ -151,8 +151,18 @@ def rule_docs() -> Dict[str, RuleDoc]:
     return _DOCS
 
 
+def find_rule(code_or_name: str) -> Optional[RuleDoc]:
+    """A rule by its code (`TPF001`, any case) or its name (`retained-graph`)."""
+    docs = rule_docs()
+    wanted = code_or_name.strip()
+    doc = docs.get(wanted.upper())
+    if doc is None:
+        doc = next((d for d in docs.values() if d.name == wanted.lower()), None)
+    return doc
+
+
 def explain(code: str) -> Optional[str]:
-    doc = rule_docs().get(code.upper())
+    doc = find_rule(code)
     if doc is None:
         return None
     safety = doc.fix_safety or "none"
