@@ -54,6 +54,12 @@ class Item:
     snippet: str = field(default="", compare=False)   # the source line, for the terminal
     fingerprint: str = ""      # set when a baseline is in use
     baseline: str = ""         # new | unchanged | absent, when a baseline is in use
+    # tpf check only (a flake8 violation does not know): the rule's autofix (safe, unsafe,
+    # none), why `tpf fix` will not try this one, and the fix as text edits for SARIF:
+    # (start line, start column, end line, end column, inserted text), 1-based
+    fix_safety: str = ""
+    fix_reason: str = ""
+    fix_edits: Tuple[Tuple[int, int, int, int, str], ...] = field(default=(), compare=False)
 
     @classmethod
     def from_finding(cls, path: str, finding: Finding, fixable: bool = False) -> "Item":
@@ -62,13 +68,15 @@ class Item:
                    finding.what, finding.evidence, finding.fix, fixable)
 
     @classmethod
-    def from_report(cls, path: str, report, fixable: bool = False) -> "Item":
+    def from_report(cls, path: str, report, fixable: bool = False, fix_safety: str = "",
+                    fix_reason: str = "") -> "Item":
         """From a placed `checking.Report` (a notebook finding carries its cell)."""
         f = report.finding
         return cls(path, report.line, report.column, f.code, f.severity,
                    message_text(f.what, f.evidence, f.fix), f.what,
                    f.evidence, f.fix, fixable, report.cell, report.cell_line,
-                   report.cell_column, report.snippet)
+                   report.cell_column, report.snippet, fix_safety=fix_safety,
+                   fix_reason=fix_reason)
 
     @property
     def place(self) -> str:
@@ -217,7 +225,8 @@ def render_terminal(items: Sequence[Item], sources: Optional[Mapping[str, Sequen
         if item.evidence:
             out.append(f"  = evidence: {item.evidence}")
         if item.fix:
-            suffix = paint("  [tpf fix]", _DIM) if item.fixable else ""
+            command = "tpf fix --unsafe-fixes" if item.fix_safety == "unsafe" else "tpf fix"
+            suffix = paint(f"  [{command}]", _DIM) if item.fixable else ""
             out.append(f"  = fix: {item.fix}{suffix}")
         out.append("")
     return "\n".join(out)
@@ -237,9 +246,12 @@ def summary_line(items: Sequence[Item], files: int, problems: int = 0) -> str:
         parts = ", ".join(plural(counts[level], level) for level in (ERROR, WARNING, NOTE)
                           if counts[level])
         text = f"Found {plural(len(items), 'finding')} ({parts}) in {plural(files, 'file')}."
-        fixable = sum(1 for i in items if i.fixable)
+        fixable = sum(1 for i in items if i.fixable and i.fix_safety != "unsafe")
+        unsafe = sum(1 for i in items if i.fixable and i.fix_safety == "unsafe")
         if fixable:
             text += f" {fixable} fixable with `tpf fix`."
+        if unsafe:
+            text += f" {unsafe} more with `tpf fix --unsafe-fixes`."
     if problems:
         text += f" {plural(problems, 'file')} could not be checked."
     return text
@@ -254,6 +266,9 @@ def item_dict(item: Item) -> dict:
         data.update(cell=item.cell, cell_line=item.cell_line, cell_column=item.cell_column)
     if item.what:
         data.update(what=item.what, evidence=item.evidence, fix=item.fix, fixable=item.fixable)
+    if item.fix_safety:
+        data["autofix"] = {"applicability": item.fix_safety, "available": item.fixable,
+                           "reason": item.fix_reason or None}
     if item.baseline:
         data.update(baseline=item.baseline, fingerprint=item.fingerprint)
     return data
@@ -358,11 +373,30 @@ def _sarif_result(item: Item, rule_index: int) -> dict:
                                 "cellColumn": item.cell_column}
     result["message"] = {"text": text}
     result["locations"] = [location]
+    if item.fix_safety:
+        result.setdefault("properties", {})["fixSafety"] = item.fix_safety
+        if item.fix_reason:
+            result["properties"]["fixNotAvailable"] = item.fix_reason
+    if item.fix_edits:
+        result["fixes"] = [_sarif_fix(item)]
     if item.fingerprint:
         result["partialFingerprints"] = {"tpfStatement/v1": item.fingerprint}
     if item.baseline:
         result["baselineState"] = item.baseline
     return result
+
+
+def _sarif_fix(item: Item) -> dict:
+    """The fix `tpf fix` would apply (with `--unsafe-fixes` for an unsafe one) as SARIF
+    replacements of whole lines."""
+    replacements = [{"deletedRegion": {"startLine": l0, "startColumn": c0, "endLine": l1,
+                                       "endColumn": c1},
+                     "insertedContent": {"text": text}}
+                    for l0, c0, l1, c1, text in item.fix_edits]
+    return {"description": {"text": f"{item.fix} ({item.fix_safety} fix)"},
+            "artifactChanges": [{"artifactLocation": {"uri": _uri(item.path),
+                                                      "uriBaseId": "%SRCROOT%"},
+                                 "replacements": replacements}]}
 
 
 def _srcroot() -> str:
