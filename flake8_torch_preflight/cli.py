@@ -166,7 +166,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 def _add_check(sub) -> None:
     check = sub.add_parser("check", help="report findings")
     _add_common(check)
-    check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    check.add_argument("--format", choices=("text", "json", "sarif", "github", "gitlab", "junit"),
+                       default="text",
+                       help="text (default), json, sarif (code scanning), github (annotations), "
+                            "gitlab (code quality report), junit (JUnit XML: a testcase per "
+                            "finding and per clean file)")
     check.add_argument("--fail-on", choices=(ERROR, WARNING, NOTE), default=WARNING,
                        help="lowest level that makes the exit code 1 (default: warning; "
                             "note implies --notes)")
@@ -398,7 +402,7 @@ def _check(files: List[str], settings: Settings, args) -> int:
     if args.baseline:
         items, absent = _apply_baseline(items, results, recorded, args)
     shown = [i for i in items if i.baseline != "unchanged"]
-    text = _render(args, shown, items, absent, errors, len(results), suppressed)
+    text = _render(args, shown, items, absent, errors, [r.path for r in results], suppressed)
     _emit(text, output)
     failing = reporting.at_or_above(shown, args.fail_on) and not args.exit_zero
     return EXIT_FINDINGS if failing or errors else EXIT_CLEAN
@@ -447,8 +451,10 @@ def _line_edits(old: str, new: str) -> Tuple[Tuple[int, int, int, int, str], ...
     return tuple(edits)
 
 
-def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
+def _render(args, shown, items, absent, errors, checked, suppressed) -> str:
     from . import reporting
+
+    file_count = len(checked)
 
     if args.format == "json":
         return reporting.render_json(items if args.baseline else shown, errors) + "\n"
@@ -456,6 +462,10 @@ def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
         return reporting.render_sarif(list(items) + list(absent), errors) + "\n"
     if args.format == "github":
         return reporting.render_github(shown, errors)
+    if args.format == "gitlab":
+        return reporting.render_gitlab(shown, errors) + "\n"
+    if args.format == "junit":
+        return reporting.render_junit(shown, errors, checked) + "\n"
     if args.quiet >= 2:
         return ""
     if args.quiet == 1:

@@ -1,4 +1,5 @@
-"""Renderers shared by the `tpf` CLI and the flake8 formatters: terminal, JSON, SARIF, GitHub.
+"""Renderers shared by the `tpf` CLI and the flake8 formatters: terminal, JSON, SARIF, GitHub,
+GitLab code quality, JUnit XML.
 
 Everything renders `Item`s: one reported problem with a 1-based line and column (the way
 flake8 and editors show them). A `Finding` from the engine keeps its parts (what, evidence,
@@ -6,9 +7,11 @@ fix); a flake8 `Violation` only has its text, which is enough for every format.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -443,6 +446,74 @@ def render_github(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = (
         out.append(f"::error file={_escape_property(_github_path(error['path']))},title=tpf::"
                    f"{_escape_data(error['message'])}")
     return "\n".join(out) + ("\n" if out else "")
+
+
+# ---------------------------------------------------------------------------- gitlab
+
+_GITLAB_SEVERITY = {ERROR: "critical", WARNING: "major", NOTE: "info"}
+
+
+def render_gitlab(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
+    """GitLab code quality (a JSON array of issues; `artifacts: reports: codequality`).
+    Required fields: description, check_name, fingerprint, severity, location.path,
+    location.lines.begin. The fingerprint is the path, the code and the message with its
+    numbers blanked (a finding that moves keeps it), plus its rank among equal ones."""
+    issues, seen = [], Counter()
+    for item in items:
+        path = _github_path(item.path)
+        key = (path, item.code, re.sub(r"\d+", "N", item.what or item.text))
+        seen[key] += 1
+        issues.append(_gitlab_issue(item.message, item.code, key, seen[key],
+                                    _GITLAB_SEVERITY.get(item.severity, "major"), path,
+                                    max(item.line, 1)))
+    for error in errors:
+        path = _github_path(error["path"])
+        issues.append(_gitlab_issue(error["message"], "tpf-unchecked", (path,), 1, "blocker",
+                                    path, 1))
+    return json.dumps(issues, indent=2, ensure_ascii=False)
+
+
+def _gitlab_issue(description: str, check: str, key: tuple, rank: int, severity: str,
+                  path: str, line: int) -> dict:
+    digest = hashlib.sha256(json.dumps([*key, rank]).encode("utf-8")).hexdigest()
+    return {"type": "issue", "description": description, "check_name": check,
+            "fingerprint": digest, "severity": severity,
+            "location": {"path": path, "lines": {"begin": line}}}
+
+
+# ---------------------------------------------------------------------------- junit
+
+def render_junit(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = (),
+                 checked: Sequence[str] = ()) -> str:
+    """JUnit XML: one testcase per finding (a failure), one per file that could not be
+    checked (an error), and one passing testcase per checked file without findings, so a
+    CI test view counts what was checked."""
+    from xml.etree import ElementTree as ET
+
+    suite = ET.Element("testsuite", name=TOOL_NAME)
+    for item in items:
+        path = _github_path(item.path)
+        case = ET.SubElement(suite, "testcase", name=f"{item.code} {item.place}",
+                             classname=path, file=path, line=str(item.line))
+        failure = ET.SubElement(case, "failure", message=item.message, type=item.severity)
+        failure.text = "\n".join(part for part in (
+            f"{item.place}: {item.code} [{item.severity}] {item.what or item.text}",
+            item.evidence and f"evidence: {item.evidence}",
+            item.fix and f"fix: {item.fix}") if part)
+    failed = {_github_path(e["path"]) for e in errors}
+    for error in errors:
+        path = _github_path(error["path"])
+        case = ET.SubElement(suite, "testcase", name=path, classname=path, file=path)
+        ET.SubElement(case, "error", message=error["message"], type="unchecked")
+    with_findings = {_github_path(i.path) for i in items}
+    for path in sorted({_github_path(p) for p in checked} - with_findings - failed):
+        ET.SubElement(suite, "testcase", name=path, classname=path, file=path)
+    suite.set("tests", str(len(suite)))
+    suite.set("failures", str(len(items)))
+    suite.set("errors", str(len(errors)))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return "<?xml version='1.0' encoding='utf-8'?>\n" + ET.tostring(root, encoding="unicode")
 
 
 def sort_items(items: Iterable[Item]) -> List[Item]:
