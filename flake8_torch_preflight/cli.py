@@ -61,7 +61,11 @@ def _check_config(config: Config, args) -> None:
     rules at once, a `select` with no TPF rule in it."""
     for warning in config.warnings:
         print(f"tpf: warning: {warning}", file=sys.stderr)
-    where = os.path.relpath(config.source) if config.source else "the configuration"
+
+    def where(option: str) -> str:
+        source = config.origin(option)
+        return os.path.relpath(source) if source else "the configuration"
+
     lists = [("select", config.select), ("ignore", config.ignore),
              ("extend-select", config.extend_select), ("extend-ignore", config.extend_ignore)]
     lists += [("per-file-ignores", codes) for _, codes in config.per_file_ignores]
@@ -69,7 +73,7 @@ def _check_config(config: Config, args) -> None:
         for code in codes or ():
             problem = _config_code_problem(code, config.plugin_codes)
             if problem:
-                raise UsageError(f"{problem} rule code {code!r} in {option} ({where}); "
+                raise UsageError(f"{problem} rule code {code!r} in {option} ({where(option)}); "
                                  f"run `tpf rules` for ours")
     if args.quiet:
         return
@@ -81,12 +85,12 @@ def _check_config(config: Config, args) -> None:
         for code in codes or ():
             off = [k for k in known if k.startswith(code)]
             if len(off) > 1:
-                print(f"tpf: warning: {option} = {code} in {where} switches off {len(off)} "
+                print(f"tpf: warning: {option} = {code} in {where(option)} switches off {len(off)} "
                       f"rules ({off[0]}..{off[-1]})", file=sys.stderr)
     selected = [*(config.select or []), *config.extend_select]
     if config.select is not None and args.select is None and args.extend_select is None \
             and not any(k.startswith(code) for code in selected for k in known):
-        print(f"tpf: warning: select in {where} selects no TPF rule; tpf checks nothing",
+        print(f"tpf: warning: select in {where('select')} selects no TPF rule; tpf checks nothing",
               file=sys.stderr)
 
 
@@ -149,8 +153,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend-select", type=_code_list, default=None)
     parser.add_argument("--extend-ignore", type=_code_list, default=None)
     parser.add_argument("--exclude", type=_path_list, help="patterns to skip (overrides config)")
-    parser.add_argument("--config", help="read this file's [flake8] section instead of discovering one")
-    parser.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    parser.add_argument("--config", help="read this file's [flake8] section (a .toml file: its "
+                        "[tool.flake8-torch-preflight] table) instead of discovering one")
+    parser.add_argument("--isolated", action="store_true",
+                        help="ignore every configuration file (setup.cfg, tox.ini, .flake8, "
+                             "pyproject.toml)")
     parser.add_argument("--disable-noqa", action="store_true", help="report lines with `# noqa` too")
     parser.add_argument("--notes", action="store_true", default=None,
                         help="also report notes (tuning advice; the code is correct); "
@@ -164,7 +171,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_check(sub) -> None:
-    check = sub.add_parser("check", help="report findings")
+    check = sub.add_parser("check", help="report findings",
+                           epilog="Configuration: [flake8] in setup.cfg/tox.ini/.flake8, and "
+                                  "[tool.flake8-torch-preflight] in pyproject.toml over it "
+                                  "key by key; the command line over both. Exit codes: 0 "
+                                  "nothing at or above --fail-on (or --exit-zero), 1 findings "
+                                  "or a file that could not be checked, 2 bad usage or "
+                                  "configuration.")
     _add_common(check)
     check.add_argument("--format", choices=("text", "json", "sarif", "github", "gitlab", "junit"),
                        default="text",
