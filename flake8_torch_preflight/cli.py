@@ -747,7 +747,7 @@ def _fix_summary(fates: Sequence[_Fate], changed: int, files: int) -> str:
     (apply with --unsafe-fixes), 1 not proven safe here`."""
     from collections import Counter
 
-    from .fixes.result import reason_group
+    from .fixes import reason_group
 
     plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
     applied = sum(1 for f in fates if f.applied)

@@ -215,3 +215,22 @@ def test_sarif_carries_fixes_with_replacements_and_their_safety(project):
     assert unsafe["properties"]["fixSafety"] == "unsafe"
     assert "sampler.set_epoch(epoch)" in \
         unsafe["fixes"][0]["artifactChanges"][0]["replacements"][0]["insertedContent"]["text"]
+
+
+def test_a_site_the_fix_does_not_cover_says_what_shape_it_needs(tmp_path):
+    (tmp_path / "t.py").write_text(textwrap.dedent("""\
+        import torch
+
+
+        def main(model, loader):
+            model.eval()
+            scores = []
+            for x in loader:
+                scores.append(model(x).argmax(1).tolist())
+            return scores
+        """))
+    data = json.loads(run(["check", "--isolated", "--format", "json", "t.py"], tmp_path).stdout)
+    tpf002 = [f["autofix"] for f in data["findings"] if f["code"] == "TPF002"]
+    assert tpf002 and "`with torch.no_grad():` block" in tpf002[0]["reason"]
+    result = run(["fix", "--isolated", "t.py"], tmp_path)
+    assert "1 no automatic fix for this shape of code" in result.stderr

@@ -33,9 +33,10 @@ from __future__ import annotations
 from typing import Callable, Dict, Optional
 
 from ..findings import Finding, refusal
-from .result import NO_FIX_HERE, UNSAFE_NOT_ASKED, FixResult
+from .result import NO_FIX_HERE, PIPELINE_REASONS, UNSAFE_NOT_ASKED, FixResult
 
-__all__ = ["FixResult", "applicability", "fix_source", "is_fixable", "not_available"]
+__all__ = ["FixResult", "applicability", "fix_source", "is_fixable", "not_available",
+           "reason_group"]
 
 SAFE, UNSAFE, NONE = "safe", "unsafe", "none"
 _SAFETY: Dict[str, str] = {}
@@ -55,14 +56,40 @@ def is_fixable(finding: Finding) -> bool:
     return finding.plan is not None
 
 
+# Why a rule with an autofix attached no plan and gave no reason of its own: the shape of
+# the site is one its fix does not cover (what each rule's "Fix safety" section says).
+_NOT_COVERED = {
+    "TPF002": "the fix here is a `with torch.no_grad():` block around the evaluation code, "
+              "placed by hand; `tpf fix` only decorates a function that is evaluation code by "
+              "its name",
+    "TPF005": "not a softmax written inside a cross-entropy loss call's argument (an "
+              "`nll_loss` needs `log_softmax`, not unwrapping)",
+    "TPF013": "`pin_memory=True` is not the whole advice here, or the call may already pass "
+              "it (`**kwargs`, `*args`)",
+}
+
+
 def not_available(finding: Finding, unsafe: bool = True) -> Optional[str]:
     """Why `tpf fix` (with `--unsafe-fixes` when `unsafe`) will not try this finding of a
     rule with an autofix; None when it will. The rule's reason when it gave one."""
     if finding.plan is None:
-        return refusal(finding.fix) or NO_FIX_HERE
+        return refusal(finding.fix) or _NOT_COVERED.get(finding.code, NO_FIX_HERE)
     if applicability(finding.code) == UNSAFE and not unsafe:
         return UNSAFE_NOT_ASKED
     return None
+
+
+def reason_group(reason: str) -> str:
+    """The summary's name for a reason: the proofs' reasons name variables and calls, so
+    they are counted together; the others are few and fixed."""
+    if reason == UNSAFE_NOT_ASKED:
+        return "unsafe (apply with --unsafe-fixes)"
+    if reason == NO_FIX_HERE or reason in _NOT_COVERED.values():
+        return "no automatic fix for this shape of code"
+    for known in PIPELINE_REASONS:
+        if reason.startswith(known):
+            return known if known != "the file nests" else "too deeply nested for LibCST"
+    return "not proven safe here"
 
 
 def fix_source(source: str, filename: str = "<stdin>",

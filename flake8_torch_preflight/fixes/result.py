@@ -28,16 +28,3 @@ class FixResult:
     @property
     def changed(self) -> bool:
         return bool(self.fixed)
-
-
-def reason_group(reason: str) -> str:
-    """The summary's name for a reason: the proofs' reasons name variables and calls, so
-    they are counted together; the others are few and fixed."""
-    if reason == UNSAFE_NOT_ASKED:
-        return "unsafe (apply with --unsafe-fixes)"
-    if reason == NO_FIX_HERE:
-        return NO_FIX_HERE
-    for known in PIPELINE_REASONS:
-        if reason.startswith(known):
-            return known if known != "the file nests" else "too deeply nested for LibCST"
-    return "not proven safe here"
