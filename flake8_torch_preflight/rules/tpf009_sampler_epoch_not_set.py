@@ -112,10 +112,15 @@ def _set_epoch_plan(analysis, facts, call, feed) -> Tuple[Optional[FixPlan], Opt
         return None, "the epoch loop has no single loop variable to pass to `set_epoch`"
     bound = isinstance(stmt, ast.Assign) and stmt.value is call.node \
         and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-    if not bound or facts.func is not feed.facts.func or call.site.conds or call.site.loops:
-        return None, ("the sampler is not bound to one name, unconditionally, in the epoch "
-                      "loop's function")
+    if not bound:
+        return None, ("the sampler is not bound to one local name of its own (it is built "
+                      "inline, unpacked or stored on an attribute)")
     name = stmt.targets[0].id
+    if facts.func is not feed.facts.func:
+        return None, f"`{name}` is bound in another function than the epoch loop"
+    if call.site.conds or call.site.loops:
+        return None, (f"`{name}` is bound under a condition or in a loop: on another path it "
+                      f"may be unbound or a sampler without `set_epoch`")
     scope = facts.func.node if facts.func is not None else analysis.tree
     stores = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
               and isinstance(n.ctx, (ast.Store, ast.Del))]
