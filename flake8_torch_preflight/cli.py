@@ -214,7 +214,8 @@ def _add_check(sub) -> None:
 
 
 def _add_fix(sub) -> None:
-    fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013)",
+    fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013; "
+                                     "--unsafe-fixes adds TPF007, TPF009)",
                          epilog="Each finding with an autofix that is not fixed is named on "
                                 "stderr with the reason; the summary counts them by reason. "
                                 "Exit codes: 0 done, 1 a file could not be fixed or written "

@@ -234,3 +234,11 @@ def test_a_site_the_fix_does_not_cover_says_what_shape_it_needs(tmp_path):
     assert tpf002 and "`with torch.no_grad():` block" in tpf002[0]["reason"]
     result = run(["fix", "--isolated", "t.py"], tmp_path)
     assert "1 no automatic fix for this shape of code" in result.stderr
+
+
+def test_the_text_summary_counts_safe_and_unsafe_fixes_apart(project):
+    result = run(["check", "--isolated", "mixed.py", "sampler.py"], project)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert "1 fixable with `tpf fix`." in summary
+    assert "1 more with `tpf fix --unsafe-fixes`." in summary
+    assert "[tpf fix --unsafe-fixes]" in result.stdout
