@@ -111,11 +111,9 @@ def _set(config: Config, key: str, value: Any, where: str, folder: str) -> None:
     if key in _CODES:
         codes = _strings(value, key, where, split=True)
         setattr(config, key.replace("-", "_"), [c.upper() for c in codes])
-    elif key in ("exclude", "extend-exclude"):
+    elif key in _PATHS:   # a pattern with a `/` is made absolute from the file's folder
         setattr(config, key.replace("-", "_"),
                 normalize_paths(_strings(value, key, where, split=True), folder))
-    elif key == "filename":
-        config.filename = _strings(value, key, where, split=True)
     elif key == "per-file-ignores":
         config.per_file_ignores = _per_file(value, where)
     elif key in _FLAGS:
