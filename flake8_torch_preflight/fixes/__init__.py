@@ -38,7 +38,7 @@ from .result import NO_FIX_HERE, PIPELINE_REASONS, UNSAFE_NOT_ASKED, FixResult
 __all__ = ["FixResult", "applicability", "fix_source", "is_fixable", "not_available",
            "reason_group"]
 
-SAFE, UNSAFE, NONE = "safe", "unsafe", "none"
+UNSAFE, NONE = "unsafe", "none"
 _SAFETY: Dict[str, str] = {}
 
 
