@@ -169,6 +169,8 @@ def resolve(
     default("checkpointing", "off")
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
     default("lora", 0)
+    if mode == "train" and kind in ("decoder", "encdec"):
+        default("loss", "hf", "default (transformers' ForCausalLMLoss: logits upcast to fp32)")
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
     deepspeed = s["sharding"].value in ("zero1", "zero2", "zero3")
     if deepspeed and s["precision"].value in ("bf16-mixed", "fp16-mixed"):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..knowledge import db
+from ..knowledge.losses import KEEPS as LOSS_KEEPS
 from .activations import Acts, coefficients, inference_workspace, precision_class  # noqa: F401
 from .activations import ACTIVATION_MODELS
 from ..reading.config_comments import Value
@@ -393,6 +394,8 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
     )
     if len(by_phase) > 1:
         est.notes.append(f"peak during the {peak}")
+    if s.train and "lm-head" in s.model.traits:
+        est.notes.append(f"loss {s.loss}: {LOSS_KEEPS.get(s.loss, s.loss)}")
     if s.train and s.grads_persist:
         est.notes.append("gradients persist through forward and backward (accumulation or set_to_none=False)")
     if target:

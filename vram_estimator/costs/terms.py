@@ -68,7 +68,7 @@ class Setup:
     lora_dropout: float = 0.0  # LoraConfig(lora_dropout=): a mask and a dropped copy per adapted input
     lora_impl: str = "peft"  # peft (fp32 adapters over half weights), torchtune, litgpt (model dtype)
     bnb_saves_input: bool = False  # bitsandbytes < 0.43.2: a 4-bit linear keeps its input (ctx.tensors)
-    loss: str = "hf"  # the loss layout: hf (fp32 upcast), torchtune-chunked, litgpt-chunked (LOSS_LAYOUTS)
+    loss: str = "hf"  # the loss layout: hf (fp32 upcast) or a key of LOSS_LAYOUTS, liger-fused
     optimizer_in_bwd: bool = False  # torchtune: each parameter steps (and frees its grad) in backward
     grad_accum: int = 1  # micro-batches per optimizer step
     no_sync: bool = True  # accumulation without gradient sync (DDP/FSDP no_sync(), Fabric's default)
@@ -510,15 +510,37 @@ def backward_block(s: Setup, acts: Acts) -> Optional[Term]:
 # * litgpt ``chunked_cross_entropy`` with ``lm_head_chunk_size=128``: cross-entropy on the half
 #   chunks (fp32 under autocast, which runs log_softmax in fp32), the list of chunks held by the
 #   training step until backward.
+# * ``plain`` (``F.cross_entropy`` on the logits as they come): the logits held by the output and
+#   the log-softmax it saves, both in the compute dtype (fp32 under autocast's log_softmax);
+# * torchtune ``LinearCrossEntropyLoss``: the chunks are projected inside the loss and upcast like
+#   ``CEWithChunkedOutputLoss``'s (torchtune/modules/loss/ce_chunked_output_loss.py and
+#   linear_ce_loss.py: ``logits_chunk.float()`` then ``F.cross_entropy``); no half logits held.
 LOSS_LAYOUTS = {
     "torchtune-chunked": {"half": (4.0, 0.0, 0.75), "mixed": (4.0, 0.0, 0.75), "fp32": (4.0, 0.0, 1.0)},
+    "torchtune-linear": {"half": (4.0, 0.0, 0.75), "mixed": (4.0, 0.0, 0.75), "fp32": (4.0, 0.0, 1.0)},
     "litgpt-chunked": {"half": (2.0, 2.0, 0.1), "mixed": (4.0, 2.0, 0.1), "fp32": (4.0, 4.0, 0.1)},
+    "plain": {"half": (2.0, 2.0, 0.0), "mixed": (4.0, 2.0, 0.0), "fp32": (4.0, 4.0, 0.0)},
 }
+# Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py,
+# ``fused_linear_cross_entropy_forward``): ``chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H)))``
+# rows at a time, so one chunk's logits hold about tokens x hidden values (in the compute dtype,
+# upcast to fp32 inside the kernel); ``grad_input = torch.zeros_like(_input)`` (tokens x hidden)
+# is filled in the forward and saved for backward.  Bytes per token per hidden unit: the saved
+# input gradient, the input it reads, one chunk's logits and its fp32 working copy.
+LIGER_BYTES_PER_HIDDEN = {"half": 2.0 + 2.0 + 2.0 + 4.0, "mixed": 2.0 + 2.0 + 2.0 + 4.0, "fp32": 4.0 * 4}
 
 
 def loss_bytes_per_logit(layout: str, pc: str) -> float:
     saved, held, working = LOSS_LAYOUTS[layout][pc]
     return saved + held + working
+
+
+def _liger_logits(s: Setup, toks: int, pc: str) -> Term:
+    """Liger's fused linear cross-entropy: no logits; about tokens x hidden values per piece."""
+    b = toks * (s.model.dims.hidden or 1024) * LIGER_BYTES_PER_HIDDEN[pc]
+    lo, hi = _token_spread(s, False, "logits")
+    lo, hi = lo * 0.6, hi * 1.25  # not measured here: the chunk rounds to a power of two
+    return Term("logits buffer", b * lo, b, b * hi, f"{toks:,} tokens: fused head + loss (Liger), no logits", True)
 
 
 def logits(s: Setup) -> Optional[Term]:
@@ -533,11 +555,14 @@ def logits(s: Setup) -> Optional[Term]:
     toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
     pc = precision_class(s.compute_precision)
     per = co["train"][pc] if s.train else co["inference"][pc]
+    if s.train and s.loss == "liger-fused":
+        return _liger_logits(s, toks, pc)
     if s.train and s.loss in LOSS_LAYOUTS:
         per = loss_bytes_per_logit(s.loss, pc)
     lb = toks * V * per
     lo, hi = _token_spread(s, True, "logits")
-    return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab", dynamic=True)
+    how = f" ({s.loss} loss)" if s.train else ""
+    return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab{how}", dynamic=True)
 
 
 def kv_cache(s: Setup, tokens: Optional[int] = None) -> Optional[Term]:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..knowledge import db
 from .config_comments import ATTENTIONS
 from .configs.formats import read_deepspeed, torchtune_model_settings
+from ..knowledge.losses import CONFIG_SWITCHES, LIGER_PATCH_PREFIX, LOSS_CALLEES, callee_loss
 from ..knowledge.model_names import lit_llama_size
 from .script_state import ScriptState
 from .setting_names import optimizer_name
@@ -98,6 +99,8 @@ def on_call(reader: ScriptState, call: ast.Call) -> None:
     q = reader.qual(call.func)
     last = q.rsplit(".", 1)[-1]
     handler = HANDLERS.get(last)
+    if handler is None and last.startswith(LIGER_PATCH_PREFIX):
+        handler = _loss
     if handler is None and last.lower().replace("_", "") in OPTIMIZER_CLASSES:
         handler = _optimizer
     if handler is None:
@@ -106,6 +109,8 @@ def on_call(reader: ScriptState, call: ast.Call) -> None:
         handler = _torchtune_builder
     if handler is not None:
         handler(reader, call, q)
+    if last == "from_pretrained" and q.startswith("liger_kernel"):
+        _loss(reader, call, q)
     _generic_keywords(reader, call, last)
 
 
@@ -329,6 +334,35 @@ def _hf_args(reader: ScriptState, call: ast.Call, q: str) -> None:
         if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
             reader.put("seq", v, line, 3, how)
     _hf_sharding(reader, call, line)
+    _hf_liger(reader, call, line)
+
+
+def _loss(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """A call that chooses the training loss (``knowledge.losses``): torchtune's chunked losses,
+    litgpt's ``chunked_cross_entropy``, Liger's fused linear cross-entropy (its per-model patch
+    functions unless ``fused_linear_cross_entropy=False``)."""
+    found = callee_loss(q)
+    if found is None:
+        return
+    layout, why = found
+    if q.rsplit(".", 1)[-1].startswith(LIGER_PATCH_PREFIX):
+        fused, _ = reader.value_of(call, "fused_linear_cross_entropy")
+        if fused is False:
+            crossed, _ = reader.value_of(call, "cross_entropy")
+            if crossed is not True:
+                return
+            layout, why = "plain", "Liger cross_entropy=True: the kernel keeps the logits, no fp32 copy"
+    reader.put("loss", layout, call.lineno, 3, why)
+
+
+def _hf_liger(reader: ScriptState, call: ast.Call, line: int) -> None:
+    """``TrainingArguments(use_liger_kernel=True)``: the Trainer patches the model with Liger's
+    defaults (``_apply_liger_kernel_to_instance``), whose loss is the fused linear cross-entropy."""
+    for key, layout in CONFIG_SWITCHES.items():
+        v, how = reader.value_of(call, key)
+        if v is True:
+            reader.put("loss", layout, line, 3, f"{key}=True: Liger fused linear cross-entropy")
+            return
 
 
 def _hf_optim(reader: ScriptState, call: ast.Call, line: int, last: str) -> None:
@@ -738,6 +772,7 @@ HANDLERS: Dict[str, Handler] = {
     "RandomResizedCrop": _image_transform,
     "CenterCrop": _image_transform,
     "RandomCrop": _image_transform,
+    **{name: _loss for name in LOSS_CALLEES},
     **{name: _hf_args for name in HF_ARGS},
     **{name: _hf_trainer for name in HF_TRAINERS},
 }
