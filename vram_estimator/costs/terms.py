@@ -281,7 +281,8 @@ def frozen_gradients(s: Setup) -> Optional[Term]:
     the whole unsharded gradient.  FSDP2 (``fully_shard``) keeps one tensor per parameter, so
     frozen weights get none, and neither do they where the adapters are their own units (PEFT's
     ``fsdp_auto_wrap_policy``, what Accelerate uses with PEFT: ``fsdp_units="separate"``)."""
-    if not (s.train and s.lora and s.sharding == "fsdp" and s.world > 1 and s.fsdp_units == "block"):
+    shared_units = s.fsdp_units in ("block", "litgpt")
+    if not (s.train and s.lora and s.sharding == "fsdp" and s.world > 1 and shared_units):
         return None
     bd = s.model.breakdown
     blocks = max(0, bd.total - bd.embed - bd.head)
@@ -291,6 +292,9 @@ def frozen_gradients(s: Setup) -> Optional[Term]:
     note = "FSDP1 flat parameters: frozen block weights get gradients" + (
         " (unsharded under no_sync accumulation)" if unsharded else ""
     )
+    if s.fsdp_units == "litgpt":
+        # a litgpt config alone does not say the release: FSDP2 (0.5.5 on) keeps none (lower end)
+        return Term("frozen gradients", 0.0, g, g, note + "; litgpt <= 0.5.4 (none from 0.5.5, FSDP2)", True)
     return exact("frozen gradients", g, note, dynamic=True)
 
 

@@ -281,8 +281,12 @@ def _litgpt_launch(d: Dict[str, Any]) -> List[Setting]:
     checkpointing."""
     field = "devices > 1 (litgpt's launcher)"
     if "checkpoint_dir" in d and "lora_r" in d:
-        # finetune lora: ModelParallelStrategy whose parallelize_fn applies FSDP2 fully_shard
-        out = [Setting("sharding", "fsdp2", field + ": FSDP2 fully_shard", 3, multi_rank=True)]
+        # finetune lora: FSDPStrategy(auto_wrap_policy={Block}) (FSDP1, frozen and LoRA weights in
+        # one flat parameter per block) up to litgpt 0.5.4; ModelParallelStrategy whose
+        # parallelize_fn applies FSDP2 fully_shard from 0.5.5 (#2086).  A config does not say which
+        why = field + ": FSDP1 Block units (litgpt <= 0.5.4; FSDP2 from 0.5.5)"
+        out = [Setting("sharding", "fsdp", why, 3, multi_rank=True),
+               Setting("fsdp_units", "litgpt", why, 3, multi_rank=True)]
     else:
         # full / adapter / pretrain: FSDPStrategy(auto_wrap_policy={Block}), one FSDP1 unit a block
         out = [Setting("sharding", "fsdp", field + ": FSDP, one unit per block", 3, multi_rank=True),
