@@ -196,10 +196,14 @@ def _bnb(reader: ScriptState, call: ast.Call, q: str) -> None:
 
 
 def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
-    """litgpt's ``Config.from_name("Llama-2-7b-hf")`` / ``GPT.from_name(...)``, lit-llama's
-    ``LLaMAConfig.from_name("7B")``; LoRA keywords (``lora_r=``, ``lora_query=``) too."""
+    """litgpt's ``Config.from_name("Llama-2-7b-hf")`` / ``GPT.from_name(...)`` /
+    ``Config.from_file(path)``, lit-llama's ``LLaMAConfig.from_name("7B")``; LoRA keywords
+    (``lora_r=``, ``lora_query=``) too, whether or not the name can be read."""
     owner = q.rsplit(".", 1)[0].split(".")[-1]
     if owner not in LIT_CONFIG_OWNERS or not (q.startswith(LIT_MODULES) or q.count(".") == 1):
+        return
+    _lit_config_lora(reader, call)
+    if q.endswith(".from_file"):
         return
     name, how = reader.value_of(call, "name", pos=0)
     if not isinstance(name, str) or not name.strip():
@@ -209,9 +213,17 @@ def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
         reader.put("model", size, call.lineno, 3, f"lit-llama {name}: {size}'s shape")
     else:
         reader.model_ref(name, call.lineno, how, prio=3)
-    rank, _ = reader.value_of(call, "lora_r")
+
+
+def _lit_config_lora(reader: ScriptState, call: ast.Call) -> None:
+    """litgpt's ``Config.from_name/from_file(..., lora_r=lora_r, lora_dropout=..., lora_query=...)``:
+    the values are usually the ``setup()`` parameters the litgpt command line fills."""
+    rank, how = reader.value_of(call, "lora_r")
     if isinstance(rank, int) and not isinstance(rank, bool) and 0 < rank <= 1 << 16:
-        reader.put("lora", rank, call.lineno, 3, "lora_r=")
+        reader.put("lora", rank, call.lineno, 3, how or "lora_r=")
+    dropout, how = reader.value_of(call, "lora_dropout")
+    if isinstance(dropout, (int, float)) and not isinstance(dropout, bool) and 0 <= dropout < 1:
+        reader.put("lora_dropout", float(dropout), call.lineno, 3, how or "lora_dropout=")
     switched = [role for role in LITGPT_LORA_ROLES if reader.value_of(call, role)[0] is True]
     roles = [m for role in switched for m in LITGPT_LORA_ROLES[role]]
     if roles:
@@ -754,6 +766,7 @@ HANDLERS: Dict[str, Handler] = {
     "DDPStrategy": _strategy_object,
     "get_default_supported_precision": _default_precision,
     "from_name": _from_name,
+    "from_file": _from_name,
     "lora": _lit_lora,
     "autocast": _autocast,
     "GradScaler": _grad_scaler,
