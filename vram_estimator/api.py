@@ -167,6 +167,7 @@ def resolve(
     _accumulation(s)
     default("offload", "none")
     default("checkpointing", "off")
+    _runtime_attention(s, spec)
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
     default("lora", 0)
     if mode == "train" and kind in ("decoder", "encdec"):
@@ -177,6 +178,19 @@ def resolve(
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
+
+
+# runtimes that run soft-capped attention (Gemma 2) in their own eager code, never SDPA:
+# litgpt/model.py, CausalSelfAttention.scaled_dot_product_attention ("with softcapping we cannot
+# use SDPA": q @ k.mT, do_softcapping, softmax in fp32)
+EAGER_WHEN_SOFTCAPPED = {"litgpt": "litgpt runs soft-capped attention eagerly (litgpt/model.py)"}
+
+
+def _runtime_attention(s: Dict[str, Value], spec: Optional[db.Model]) -> None:
+    runtime = s.get("runtime")
+    why = EAGER_WHEN_SOFTCAPPED.get(runtime.value) if runtime else None
+    if why and spec is not None and "attn-softcap" in spec.capabilities and guessed(s.get("attention")):
+        s["attention"] = Value("eager", why)
 
 
 def _prompt_from_context(s: Dict[str, Value]) -> None:

@@ -203,6 +203,8 @@ def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
     if owner not in LIT_CONFIG_OWNERS or not (q.startswith(LIT_MODULES) or q.count(".") == 1):
         return
     _lit_config_lora(reader, call)
+    if q.startswith(LIT_MODULES):
+        reader.put("runtime", "litgpt", call.lineno, 2, f"litgpt {owner}")
     if q.endswith(".from_file"):
         return
     name, how = reader.value_of(call, "name", pos=0)

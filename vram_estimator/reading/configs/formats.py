@@ -238,6 +238,7 @@ def _litgpt(doc: Doc) -> List[Setting]:
     # every litgpt training script runs model(..., lm_head_chunk_size=128) into
     # chunked_cross_entropy (litgpt/finetune/*.py, litgpt/pretrain.py)
     out.append(Setting("loss", "litgpt-chunked", "litgpt's training loop: chunked_cross_entropy", 2))
+    out.append(Setting("runtime", "litgpt", "a litgpt config", 2))
     out += _optimizer_settings(d.get("optimizer"), "optimizer", 4)
     quantize = d.get("quantize")
     if isinstance(quantize, str) and quantize in LITGPT_QUANTIZE:
