@@ -392,6 +392,8 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         params_total=s.model.breakdown.total,
         params_trainable=s.trainable,
     )
+    if s.model.source.startswith("architecture inferred"):
+        est.notes.append(f"model: {s.model.source}; pass its config.json folder to count it exactly")
     if len(by_phase) > 1:
         est.notes.append(f"peak during the {peak}")
     if s.train and "lm-head" in s.model.traits:
