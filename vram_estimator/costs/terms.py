@@ -75,6 +75,7 @@ class Setup:
     reduce_bucket_size: float = 5e8  # DeepSpeed zero_optimization.reduce_bucket_size (HF "auto": h*h)
     fsdp_units: str = "separate"  # FSDP1 + LoRA: "separate" (PEFT's fsdp_auto_wrap_policy wraps the
     # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
+    runtime: str = ""  # the training library when it decides memory (litgpt: see litgpt_quantised_embedding)
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
 
@@ -255,12 +256,21 @@ def _largest_parameter(s: Setup) -> int:
     return max(bd.embed, bd.head, linear)
 
 
+def fsdp_offloaded(s: Setup) -> bool:
+    """FSDP with ``CPUOffload(offload_params=True)`` (FSDP2: ``CPUOffloadPolicy``): the shards of
+    parameters and gradients, and so the optimizer's states and step, live on the host."""
+    return s.fsdp and s.offload in ("param", "both")
+
+
 def gradients(s: Setup) -> Optional[Term]:
     """Trainable gradients.  With ``optimizer_in_bwd`` (torchtune's
     ``register_optim_in_bwd_hooks``: a post-accumulate-grad hook steps each parameter and frees
-    its gradient) only about one parameter's gradient exists at a time."""
+    its gradient) only about one parameter's gradient exists at a time.  Under FSDP's CPU
+    offload the gradient shards are copied to the host (:func:`offloaded_unit_gradients`)."""
     if not s.train:
         return None
+    if fsdp_offloaded(s):
+        return Term("gradients", 0.0, 0.0, 0.0, "shards on the host (FSDP CPU offload)")
     per = _gradient_bytes(s)
     spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
     if s.optimizer_in_bwd:
@@ -298,6 +308,33 @@ def frozen_gradients(s: Setup) -> Optional[Term]:
     return exact("frozen gradients", g, note, dynamic=True)
 
 
+def offloaded_unit_gradients(s: Setup) -> Optional[Term]:
+    """FSDP with CPU offload still makes each unit's gradient on the GPU.  torch's FSDP1
+    (``torch/distributed/fsdp/_runtime_utils.py``, ``_post_backward_hook``): autograd writes the
+    unit's whole unsharded gradient (``flat_param.grad``, in the compute dtype under
+    ``MixedPrecision``), ``_reduce_grad`` reduce-scatters it into a new shard on the GPU
+    (``torch.empty_like(chunks[0])``), and only then ``_offload_grad`` copies the shard to the
+    pinned host buffer (``_cpu_grad``).  So one block unit's full gradient and its shard are
+    alive at a time (the next unit's gathered parameters, prefetched by ``BACKWARD_PRE``, are in
+    ``gathered params``), and the root unit (embeddings, final norm, head) reduces last: its
+    whole gradient is alive through backward.  FSDP2 (``fully_shard`` with
+    ``CPUOffloadPolicy``) does the same per parameter group."""
+    if not (s.train and fsdp_offloaded(s)):
+        return None
+    bd = s.model.breakdown
+    layers = max(1, s.model.dims.layers or 1)
+    per = 2.0 if (s.pc == "half" or s.fsdp_half_compute or s.quantised) else 4.0
+    if s.lora:
+        block, root = s.lora_params / layers, 0.0
+    else:
+        block, root = max(0, bd.total - bd.embed - bd.head) / layers, float(bd.embed + bd.head)
+    g = per * (block * (1.0 + 1.0 / s.world) + root)
+    note = "one unit's unsharded gradient and its shard before the copy to the host" + (
+        "; the root unit's (embeddings, head) through backward" if root else ""
+    )
+    return Term("unit gradients", g * 0.5, g, g * 1.5, note, dynamic=True)
+
+
 def unsharded_root(s: Setup) -> Optional[Term]:
     """FSDP wraps each block as a unit; the embeddings, the final norm and the head stay in the
     root unit, which is gathered at the first forward and not resharded before backward
@@ -311,7 +348,8 @@ def unsharded_root(s: Setup) -> Optional[Term]:
     if not root:
         return None
     per = 2.0 if (s.pc == "half" or s.fsdp_half_compute) else 4.0
-    return exact("unsharded root", per * root * (1 - 1 / s.world), "embeddings and head gathered in full")
+    resident = 0.0 if fsdp_offloaded(s) else 1 / s.world  # offloaded: the own shard is on the host
+    return exact("unsharded root", per * root * (1 - resident), "embeddings and head gathered in full")
 
 
 def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
@@ -452,6 +490,19 @@ def sharding_buffers(s: Setup) -> Optional[Term]:
         buf = min(g, 2 * 5e8 * 2)
         return Term("zero buffers", 0.0, buf, buf, "reduce/allgather buckets (5e8 elements)")
     return None
+
+
+def litgpt_quantised_embedding(s: Setup) -> Optional[Term]:
+    """litgpt's finetune scripts under ``BitsandbytesPrecision`` (``litgpt/finetune/lora.py``,
+    ``main``) replace the embedding with bitsandbytes' ``StableEmbedding`` after the optimizer
+    is built: ``old_embedding = model.transformer.wte`` stays referenced by ``main`` for the
+    whole of ``fit()`` (a second vocab x hidden matrix in the compute dtype), and the new
+    embedding's weight is a fresh ``nn.Parameter`` (``requires_grad=True``) that the optimizer
+    never sees, so its gradient is written in every backward and never zeroed."""
+    if not (s.train and s.quantised and s.runtime == "litgpt"):
+        return None
+    emb = 2.0 * s.model.breakdown.embed
+    return exact("replaced embedding", 2 * emb, "litgpt StableEmbedding: the old one kept + a gradient")
 
 
 def dequant_buffer(s: Setup) -> Optional[Term]:
