@@ -210,7 +210,8 @@ optimizer:
 def test_litgpt_yaml_with_two_devices_is_fsdp_with_per_block_checkpointing(tmp_path):
     path = write(tmp_path, "lora.yaml", LITGPT_YAML.format(quantize="null", devices=2))
     s = settings(estimate_configs([path]))
-    assert s["world"].value == 2 and s["sharding"].value == "fsdp2" and s["checkpointing"].value == "on"
+    assert s["world"].value == 2 and s["sharding"].value == "fsdp" and s["checkpointing"].value == "on"
+    assert s["fsdp_units"].value == "litgpt"  # FSDP1 Block units up to litgpt 0.5.4, FSDP2 after
     assert "devices > 1 (litgpt's launcher)" in s["sharding"].source
     assert s["grad_accum"].value == 4 and s["optimizer"].value == "adamw"
 
