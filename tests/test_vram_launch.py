@@ -417,11 +417,11 @@ def test_litgpt_config_from_name():
 
 def test_an_unknown_name_is_one_line_with_the_closest_models(capsys):
     src = "from transformers import AutoModelForCausalLM\n" \
-          "m = AutoModelForCausalLM.from_pretrained('stabilityai/stablelm-base-alpha-3b')\n"
+          "m = AutoModelForCausalLM.from_pretrained('stabilityai/stablelm-3b-4e1t')\n"
     r = estimate_source(src, "t.py")
     assert r.estimate is None and len(r.errors) == 1
     message = r.errors[0].message
-    assert "closest built-in: llama-3.2-3b" in message and "params=" in message and "config.json" in message
+    assert "closest built-in: smollm3-3b" in message and "params=" in message and "config.json" in message
     assert closest_models("unsloth/mistral-7b-v0.3-bnb-4bit")[0] == "mistral-7b"
 
 

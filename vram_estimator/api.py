@@ -170,8 +170,7 @@ def resolve(
     _runtime_attention(s, spec)
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
     default("lora", 0)
-    if mode == "train" and kind in ("decoder", "encdec"):
-        default("loss", "hf", "default (transformers' ForCausalLMLoss: logits upcast to fp32)")
+    _default_loss(s, kind)
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
     deepspeed = s["sharding"].value in ("zero1", "zero2", "zero3")
     if deepspeed and s["precision"].value in ("bf16-mixed", "fp16-mixed"):
@@ -184,6 +183,13 @@ def resolve(
 # litgpt/model.py, CausalSelfAttention.scaled_dot_product_attention ("with softcapping we cannot
 # use SDPA": q @ k.mT, do_softcapping, softmax in fp32)
 EAGER_WHEN_SOFTCAPPED = {"litgpt": "litgpt runs soft-capped attention eagerly (litgpt/model.py)"}
+
+
+def _default_loss(s: Dict[str, Value], kind: str) -> None:
+    """A language model trains with transformers' loss unless something read says otherwise."""
+    if s["mode"].value == "train" and kind in ("decoder", "encdec") and "loss" not in s:
+        why = "default (transformers' ForCausalLMLoss: logits upcast to fp32)"
+        s["loss"] = Value("hf", why, guessed=True)
 
 
 def _runtime_attention(s: Dict[str, Value], spec: Optional[db.Model]) -> None:

@@ -595,7 +595,8 @@ def _liger_logits(s: Setup, toks: int, pc: str) -> Term:
     b = toks * (s.model.dims.hidden or 1024) * LIGER_BYTES_PER_HIDDEN[pc]
     lo, hi = _token_spread(s, False, "logits")
     lo, hi = lo * 0.6, hi * 1.25  # not measured here: the chunk rounds to a power of two
-    return Term("logits buffer", b * lo, b, b * hi, f"{toks:,} tokens: fused head + loss (Liger), no logits", True)
+    note = f"{toks:,} tokens: fused head + loss (Liger), no logits"
+    return Term("logits buffer", b * lo, b, b * hi, note, dynamic=True)
 
 
 def logits(s: Setup) -> Optional[Term]:

@@ -64,13 +64,14 @@ KEEPS: Dict[str, str] = {
 }
 
 # callees that choose the loss: last name -> (module prefixes it must come from, layout, why)
+_LIGER_FUSED = "Liger fused linear cross-entropy"
 LOSS_CALLEES: Dict[str, Tuple[Tuple[str, ...], str, str]] = {
     "CEWithChunkedOutputLoss": (("torchtune",), "torchtune-chunked", "torchtune CEWithChunkedOutputLoss"),
     "LinearCrossEntropyLoss": (("torchtune",), "torchtune-linear", "torchtune LinearCrossEntropyLoss"),
     "chunked_cross_entropy": (("litgpt", "lit_gpt"), "litgpt-chunked", "litgpt chunked_cross_entropy"),
-    "LigerFusedLinearCrossEntropyLoss": (("liger_kernel",), "liger-fused", "Liger fused linear cross-entropy"),
-    "LigerFusedLinearCrossEntropyFunction": (("liger_kernel",), "liger-fused", "Liger fused linear cross-entropy"),
-    "AutoLigerKernelForCausalLM": (("liger_kernel",), "liger-fused", "AutoLigerKernelForCausalLM (fused linear CE)"),
+    "LigerFusedLinearCrossEntropyLoss": (("liger_kernel",), "liger-fused", _LIGER_FUSED),
+    "LigerFusedLinearCrossEntropyFunction": (("liger_kernel",), "liger-fused", _LIGER_FUSED),
+    "AutoLigerKernelForCausalLM": (("liger_kernel",), "liger-fused", "AutoLigerKernelForCausalLM"),
 }
 # Liger's per-model patch functions take fused_linear_cross_entropy=True by default
 # (liger_kernel/transformers/monkey_patch.py, apply_liger_kernel_to_llama(..., cross_entropy=False,
