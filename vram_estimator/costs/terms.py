@@ -392,8 +392,8 @@ def optimizer_state(s: Setup) -> Optional[Term]:
     o = optimizer_bytes(s.optimizer, _state_bytes(s), s.model.dims.hidden or 1024) * s.trainable
     if s.sharded_states:
         o /= s.world
-    if s.offload in ("optimizer", "both"):
-        o = 0.0
+    if s.offload in ("optimizer", "both") or fsdp_offloaded(s):
+        o = 0.0  # FSDP's parameter offload steps on the host shards: the states are made there
     lower = 0.25 if "optimizer" in s.guessed else 1.0  # a default optimizer might be an 8-bit one
     if s.optimizer.startswith("paged"):
         lower = 0.0  # paged states can be evicted to host memory under pressure
@@ -436,6 +436,8 @@ def step_temporaries(s: Setup) -> Optional[Term]:
     """Foreach optimizer temporaries during ``step()`` (absent under DeepSpeed's fused Adam)."""
     share = _STEP_TEMPORARIES.get(s.optimizer)
     if not s.train or share is None or not s.foreach or s.deepspeed or s.offload in ("optimizer", "both"):
+        return None
+    if fsdp_offloaded(s):
         return None
     if s.optimizer_in_bwd:  # one parameter steps at a time
         return None
