@@ -233,3 +233,27 @@ def test_pretraining_script_with_a_literal_fabric():
     )
     s = _settings(estimate_source(text))
     assert (s["model"].value, s["world"].value, s["sharding"].value) == ("tinyllama-1.1b", 8, "fsdp")
+
+
+def test_nf4_absmax_with_and_without_double_quantisation():
+    bd = db.model("tinyllama-1.1b").breakdown
+    rest = 2.0 * (bd.total - bd.linear)
+    plain = T.weights(_setup(precision="nf4", double_quant=False, **SMALL)).point
+    double = T.weights(_setup(precision="nf4", **SMALL)).point
+    lora = 4.0 * _setup(precision="nf4", **SMALL).lora_params
+    assert plain == pytest.approx(bd.linear * (0.5 + 4 / 64) + rest + lora)  # fp32 absmax per 64
+    assert double == pytest.approx(bd.linear * (0.5 + 1 / 64 + 4 / (64 * 256)) + rest + lora)
+
+
+def test_litgpt_quantize_and_bitsandbytes_config_say_whether_absmax_is_quantised(tmp_path):
+    path = tmp_path / "qlora.yaml"
+    path.write_text(LITGPT_LORA.replace("devices: 4", "devices: 1\nquantize: bnb.nf4"))
+    assert _settings(estimate_configs([str(path)]))["double_quant"].value is False
+    path.write_text(LITGPT_LORA.replace("devices: 4", "devices: 1\nquantize: bnb.nf4-dq"))
+    assert _settings(estimate_configs([str(path)]))["double_quant"].value is True
+    script = ("import torch\nfrom transformers import BitsAndBytesConfig, AutoModelForCausalLM\n"
+              "q = BitsAndBytesConfig(load_in_4bit=True{kw})\n"
+              "m = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', quantization_config=q)\n")
+    assert _settings(estimate_source(script.format(kw="")))["double_quant"].value is False
+    dq = _settings(estimate_source(script.format(kw=", bnb_4bit_use_double_quant=True")))
+    assert dq["double_quant"].value is True

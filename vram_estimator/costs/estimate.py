@@ -258,6 +258,7 @@ def setup(settings: Dict[str, Value]) -> Setup:
         # MatMul4Bit.forward keeps its input (ctx.tensors = (A, B))
         bnb_saves_input=_flag(settings, "bnb_saves_input", setting(settings, "runtime") == "litgpt"),
         runtime=str(setting(settings, "runtime", "") or ""),
+        double_quant=_flag(settings, "double_quant", True),
         loss=str(setting(settings, "loss", "hf") or "hf"),
         optimizer_in_bwd=_flag(settings, "optimizer_in_bwd", False) and train,
         grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),

@@ -75,6 +75,7 @@ class Setup:
     reduce_bucket_size: float = 5e8  # DeepSpeed zero_optimization.reduce_bucket_size (HF "auto": h*h)
     fsdp_units: str = "separate"  # FSDP1 + LoRA: "separate" (PEFT's fsdp_auto_wrap_policy wraps the
     # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
+    double_quant: bool = True  # bitsandbytes 4-bit with compress_statistics (absmax quantised)
     runtime: str = ""  # the training library when it decides memory (litgpt: see litgpt_quantised_embedding)
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
@@ -214,7 +215,7 @@ def weights(s: Setup) -> Term:
     bd = s.model.breakdown
     upper_extra = 0.0
     if s.quantised:
-        per = 1.0 if s.precision == "int8" else 0.5 + 1.0 / 64  # nf4 + double-quantised absmax
+        per = 1.0 if s.precision == "int8" else 0.5 + nf4_absmax_bytes(s.double_quant)
         rest = bd.total - bd.linear
         value = per * bd.linear + 2.0 * rest
         upper_extra = 2.0 * rest if s.train else 0.0
@@ -232,6 +233,13 @@ def weights(s: Setup) -> Term:
         note += f" /{s.world}"
     spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
     return Term("weights", value * spread[0], value, (value + upper_extra) * spread[1], note)
+
+
+def nf4_absmax_bytes(double_quant: bool) -> float:
+    """bitsandbytes' 4-bit absmax per weight: one fp32 per block of 64 (``quantize_4bit``,
+    blocksize 64), or with ``compress_statistics`` (double quantisation) one uint8 per block plus an
+    fp32 per 256 blocks (``quantize_blockwise`` of the absmax, blocksize 256)."""
+    return 1.0 / 64 + 4.0 / (64 * 256) if double_quant else 4.0 / 64
 
 
 def gathered_params(s: Setup) -> Optional[Term]:

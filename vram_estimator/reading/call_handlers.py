@@ -191,6 +191,10 @@ def _bnb(reader: ScriptState, call: ast.Call, q: str) -> None:
         return
     if reader.value_of(call, "load_in_4bit")[0] is True:
         reader.put("precision", "nf4", call.lineno, 5, "BitsAndBytesConfig(load_in_4bit=True)")
+        # transformers' BitsAndBytesConfig: bnb_4bit_use_double_quant=False unless given
+        dq, how = reader.value_of(call, "bnb_4bit_use_double_quant")
+        how = how or "BitsAndBytesConfig default bnb_4bit_use_double_quant=False"
+        reader.put("double_quant", dq is True, call.lineno, 3, how)
     elif reader.value_of(call, "load_in_8bit")[0] is True:
         reader.put("precision", "int8", call.lineno, 5, "BitsAndBytesConfig(load_in_8bit=True)")
 

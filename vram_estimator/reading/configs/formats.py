@@ -243,6 +243,8 @@ def _litgpt(doc: Doc) -> List[Setting]:
     quantize = d.get("quantize")
     if isinstance(quantize, str) and quantize in LITGPT_QUANTIZE:
         out.append(Setting("precision", LITGPT_QUANTIZE[quantize], "quantize", 6))
+        # Lightning's BitsandbytesPrecision: _NF4Linear compress_statistics=False, _NF4DQLinear True
+        out.append(Setting("double_quant", quantize.endswith("-dq"), "quantize", 6))
         # litgpt's finetune scripts swap the AdamW they are given for bitsandbytes' PagedAdamW
         # when the model is quantised (litgpt.utils.instantiate_bnb_optimizer)
         out.append(Setting("optimizer", "paged-adamw", "quantize", 5))
