@@ -257,3 +257,14 @@ def test_litgpt_quantize_and_bitsandbytes_config_say_whether_absmax_is_quantised
     assert _settings(estimate_source(script.format(kw="")))["double_quant"].value is False
     dq = _settings(estimate_source(script.format(kw=", bnb_4bit_use_double_quant=True")))
     assert dq["double_quant"].value is True
+
+
+def test_litgpt_quantises_the_head_and_dequantises_through_fp16():
+    lit = _setup(precision="nf4", runtime="litgpt", **SMALL)
+    peft = _setup(precision="nf4", **SMALL)
+    bd = lit.model.breakdown
+    head_saving = bd.head * (2.0 - (0.5 + 1 / 64 + 4 / (64 * 256)))
+    assert T.weights(peft).point - T.weights(lit).point == pytest.approx(head_saving)
+    assert T.dequant_buffer(lit).point == pytest.approx(2 * 2.0 * bd.head)  # fp16 copy + its bf16 cast
+    largest = max(t.fan_in * t.fan_out for t in bd.lora_targets)
+    assert T.dequant_buffer(peft).point == pytest.approx(2.0 * largest)

@@ -216,8 +216,9 @@ def weights(s: Setup) -> Term:
     upper_extra = 0.0
     if s.quantised:
         per = 1.0 if s.precision == "int8" else 0.5 + nf4_absmax_bytes(s.double_quant)
-        rest = bd.total - bd.linear
-        value = per * bd.linear + 2.0 * rest
+        quantised = bd.linear + (bd.head if _quantises_head(s) else 0)
+        rest = bd.total - quantised
+        value = per * quantised + 2.0 * rest
         upper_extra = 2.0 * rest if s.train else 0.0
         note = f"{s.precision} linear layers, bf16 rest"
     else:
@@ -515,13 +516,29 @@ def litgpt_quantised_embedding(s: Setup) -> Optional[Term]:
     return exact("replaced embedding", 2 * emb, "litgpt StableEmbedding: the old one kept + a gradient")
 
 
+def _quantises_head(s: Setup) -> bool:
+    """Lightning's ``BitsandbytesPrecision`` (what litgpt's ``--quantize`` uses) replaces every
+    ``nn.Linear`` without ``ignore_modules``, the LM head too (``_convert_layers`` / the
+    ``torch.nn.Linear`` class replacement in ``init_context``); transformers' bitsandbytes
+    integration keeps ``lm_head`` in the compute dtype (``llm_int8_skip_modules``)."""
+    return s.quantised and s.runtime == "litgpt"
+
+
 def dequant_buffer(s: Setup) -> Optional[Term]:
-    """bitsandbytes dequantises one 4/8-bit weight at a time to bf16 for the matmul."""
+    """bitsandbytes dequantises one 4/8-bit weight at a time for the matmul (``MatMul4Bit``:
+    ``F.dequantize_4bit(B, quant_state).to(A.dtype)``).  The dequantised tensor has the dtype the
+    weight was quantised from: Lightning's ``_Linear4bit._quantize_weight`` quantises
+    ``weight.to(dtype=torch.half)``, so under litgpt an fp16 copy and its bf16 cast exist
+    together, and the largest weight is the quantised head."""
     if not s.quantised:
         return None
-    largest = max((t.fan_in * t.fan_out for t in s.model.breakdown.lora_targets), default=0)
-    b = 2.0 * largest
-    return Term("dequantised weight", b * 0.5, b, 2 * b, "one linear dequantised to bf16", True)
+    bd = s.model.breakdown
+    largest = max((t.fan_in * t.fan_out for t in bd.lora_targets), default=0)
+    copies = 1.0
+    if _quantises_head(s):
+        largest, copies = max(largest, bd.head or bd.embed), 2.0
+    b = 2.0 * copies * largest
+    return Term("dequantised weight", b * 0.5, b, 2 * b, "one linear dequantised to half", True)
 
 
 # --------------------------------------------------------------------------- token terms
