@@ -268,3 +268,13 @@ def test_litgpt_quantises_the_head_and_dequantises_through_fp16():
     assert T.dequant_buffer(lit).point == pytest.approx(2 * 2.0 * bd.head)  # fp16 copy + its bf16 cast
     largest = max(t.fan_in * t.fan_out for t in bd.lora_targets)
     assert T.dequant_buffer(peft).point == pytest.approx(2.0 * largest)
+
+
+def test_sharded_4bit_weights_keep_every_layers_absmax_on_every_rank():
+    sharded = _setup(model="llama-2-7b", precision="nf4", lora=8, world=2, sharding="fsdp", batch=1, seq=64,
+                     mode="train")
+    bd = sharded.model.breakdown
+    assert T.quant_state(sharded).point == pytest.approx(bd.linear * (1 / 64 + 4 / (64 * 256)))
+    rest = 2.0 * (bd.total - bd.linear)
+    assert T.weights(sharded).point == pytest.approx((0.5 * bd.linear + rest + 4.0 * sharded.lora_params) / 2)
+    assert T.quant_state(_setup(model="llama-2-7b", precision="nf4", lora=8, batch=1, seq=64)) is None

@@ -309,6 +309,7 @@ def phases(s: Setup, figures: Optional[Dict[str, Any]] = None) -> Dict[str, List
     acts, workspace = _activations(s)
     static = [
         T.weights(s),
+        T.quant_state(s),
         T.gathered_params(s),
         T.optimizer_state(s),
         T.master_copy(s),

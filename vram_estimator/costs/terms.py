@@ -216,6 +216,8 @@ def weights(s: Setup) -> Term:
     upper_extra = 0.0
     if s.quantised:
         per = 1.0 if s.precision == "int8" else 0.5 + nf4_absmax_bytes(s.double_quant)
+        if quant_state(s) is not None:
+            per = 0.5  # the absmax is not sharded: its own term
         quantised = bd.linear + (bd.head if _quantises_head(s) else 0)
         rest = bd.total - quantised
         value = per * quantised + 2.0 * rest
@@ -241,6 +243,22 @@ def nf4_absmax_bytes(double_quant: bool) -> float:
     blocksize 64), or with ``compress_statistics`` (double quantisation) one uint8 per block plus an
     fp32 per 256 blocks (``quantize_blockwise`` of the absmax, blocksize 256)."""
     return 1.0 / 64 + 4.0 / (64 * 256) if double_quant else 4.0 / 64
+
+
+def quant_state(s: Setup) -> Optional[Term]:
+    """Sharded 4-bit weights (FSDP / ZeRO-3 QLoRA, ``bnb_4bit_quant_storage``): the packed weight
+    is a parameter and is sharded, but its absmax is not -- bitsandbytes keeps the layer's
+    ``QuantState`` on the module (``Linear4bit.quant_state``) and puts it back on the weight
+    every forward because "the quant state got lost when the parameter got converted. This
+    happens for example for fsdp" (``bitsandbytes/nn/modules.py``,
+    ``fix_4bit_weight_quant_state_from_module``).  So every rank holds every layer's absmax, also
+    when the parameters are offloaded (it is not a parameter FSDP moves)."""
+    offloaded = s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP
+    if not (s.precision == "nf4" and (s.sharded_weights or offloaded)):
+        return None
+    n = s.model.breakdown.linear + (s.model.breakdown.head if _quantises_head(s) else 0)
+    b = nf4_absmax_bytes(s.double_quant) * n
+    return exact("quant state", b, "4-bit absmax of every layer on every rank (not a sharded parameter)")
 
 
 def gathered_params(s: Setup) -> Optional[Term]:
