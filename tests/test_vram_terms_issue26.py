@@ -278,3 +278,15 @@ def test_sharded_4bit_weights_keep_every_layers_absmax_on_every_rank():
     rest = 2.0 * (bd.total - bd.linear)
     assert T.weights(sharded).point == pytest.approx((0.5 * bd.linear + rest + 4.0 * sharded.lora_params) / 2)
     assert T.quant_state(_setup(model="llama-2-7b", precision="nf4", lora=8, batch=1, seq=64)) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["from mylosses import apply_liger_kernel_to_llama\napply_liger_kernel_to_llama()\n",
+     "from mylosses import CEWithChunkedOutputLoss\nloss_fn = CEWithChunkedOutputLoss()\n",
+     "from mylosses import chunked_cross_entropy\nloss = chunked_cross_entropy(logits, y)\n"],
+)
+def test_a_loss_of_the_same_name_from_another_module_says_nothing(line):
+    text = "import torch\n" + line + "# vram: model=llama-2-7b precision=bf16 lora=8 batch=1 seq=512\nloss.backward()\n"
+    s = _settings(estimate_source(text))
+    assert s["loss"].value == "hf" and s["loss"].source.startswith("default")
