@@ -290,3 +290,11 @@ def test_a_loss_of_the_same_name_from_another_module_says_nothing(line):
     text = "import torch\n" + line + "# vram: model=llama-2-7b precision=bf16 lora=8 batch=1 seq=512\nloss.backward()\n"
     s = _settings(estimate_source(text))
     assert s["loss"].value == "hf" and s["loss"].source.startswith("default")
+
+
+def test_an_unknown_config_name_gets_no_download_hint():
+    text = ("from lit_gpt.model import GPT, Config\nconfig = Config.from_name('tiny_LLaMA_120M')\n"
+            "model = GPT(config)\nloss.backward()\n")
+    message = estimate_source(text).errors[0].message
+    assert "unknown model 'tiny_LLaMA_120M'" in message and "huggingface-cli" not in message
+    assert "params=7B" in message
