@@ -6,6 +6,9 @@ import ast
 import json
 import os
 import pickle
+import shlex
+import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -56,23 +59,28 @@ SOFTMAX, RAW = "F.softmax(self.fc(x), dim=1)", "self.fc(x)"
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
     """A project root (`pyproject.toml`) with a model file and a training script that
-    imports it; the cache on, and this process's memory of earlier runs forgotten."""
+    imports it, alone in its parent folder; the user's cache folder (the key's) elsewhere in
+    tmp; the cache on, and this process's memory of earlier runs forgotten."""
+    root = tmp_path / "work" / "proj"
+    root.mkdir(parents=True)
     monkeypatch.delenv(cache.ENV_DISABLE, raising=False)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
-    (tmp_path / "models.py").write_text(MODEL.format(out=SOFTMAX))
-    (tmp_path / "train.py").write_text(TRAIN)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / "cache"))
+    monkeypatch.chdir(root)
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (root / "models.py").write_text(MODEL.format(out=SOFTMAX))
+    (root / "train.py").write_text(TRAIN)
     new_process()
-    yield tmp_path
+    yield root
     new_process()
 
 
 def new_process():
     """Forget what this process learnt, as a new run would start."""
     workspace.clear()
-    for table in (project._FILES, project._ROOTS, project._MARKED, project._LOOKUPS, seeding._SUMMARIES,
-                  cache._DIGESTS, cache._ANSWERS, cache._READY, cache._ROOT_OF, cache._PRUNED):
+    for table in (project._FILES, project._ROOTS, project._MARKED, project._LOOKUPS, seeding._SUMMARIES):
         table.clear()
+    for name in ("_DIGESTS", "_ANSWERS", "_READY", "_ROOT_OF", "_PRUNED", "_KEY"):
+        getattr(cache, name, {}).clear()
     cache.set_enabled(True)
 
 
@@ -95,7 +103,12 @@ def no_analysis(monkeypatch):
 
 def entries(root):
     folder = root / cache.FOLDER_NAME / "findings"
-    return sorted(folder.glob("*.pickle")) if folder.is_dir() else []
+    return sorted(p for p in folder.iterdir() if p.suffix in (".pickle", ".json")) \
+        if folder.is_dir() else []
+
+
+def codes(findings):
+    return {f.code for f in findings}
 
 
 def test_a_hit_returns_what_the_analysis_found_fix_plans_included(proj, monkeypatch):
@@ -277,3 +290,134 @@ def test_tpf_fix_never_reads_the_cache(proj, monkeypatch):
     assert out.returncode == 0, out.stderr
     after = (proj / "train.py").read_text()
     assert after != before and "losses.append(loss.detach())" in textwrap.dedent(after)
+
+
+# ---------------------------------------------------------------------------- what a repository ships
+# Issue 24: a `.tpf_cache/` that comes with the code (a pull request, a tarball, a CI cache
+# whose key is predictable) must not run code, hide a finding or crash the run, under
+# `tpf check` and under flake8 alike.
+
+TOOLS = {
+    "tpf": ["flake8_torch_preflight", "check", "--no-vram", "-j", "1", "."],
+    "flake8": ["flake8", "--isolated", "--select", "TPF", "."],
+}
+FIXED_BY_ISSUE_24 = pytest.mark.xfail(strict=True, reason="issue 24: fixed in the next commit")
+
+
+def system_pickle(command: str) -> bytes:
+    """The exploit of issue 24: a protocol-4 pickle whose global is `os.system` reached
+    through our own module's `os` (a dotted name the old whitelist accepted)."""
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return b"X" + struct.pack("<I", len(data)) + data
+    return b"\x80\x04" + text("flake8_torch_preflight.cache") + text("os.system") + b"\x93" + \
+        text(command) + b"\x85R."
+
+
+def forge(proj, edit):
+    """Rewrite every entry as someone without the user's key would: `edit(entry)`."""
+    for path in entries(proj):
+        entry = pickle.loads(path.read_bytes())
+        edit(entry)
+        path.write_bytes(pickle.dumps(entry, protocol=4))
+
+
+def outcome(run):
+    assert "Traceback" not in run.stderr, run.stderr
+    return run.returncode, run.stdout
+
+
+@FIXED_BY_ISSUE_24
+@pytest.mark.skipif(os.name != "posix", reason="the payload is a POSIX shell command")
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_poisoned_entry_runs_no_code(proj, tool):
+    cold = outcome(_run(TOOLS[tool], proj))
+    marker = proj.parent / "marker"
+    assert entries(proj)
+    for path in entries(proj):
+        path.write_bytes(system_pickle(f"touch {shlex.quote(str(marker))}"))
+    assert outcome(_run(TOOLS[tool], proj)) == cold
+    assert not marker.exists()
+
+
+@FIXED_BY_ISSUE_24
+@pytest.mark.parametrize("findings", [[], [42], [["x"]]])
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_forged_entry_hides_nothing_and_crashes_nothing(proj, tool, findings):
+    cold = outcome(_run(TOOLS[tool], proj))
+    assert cold[0] == 1 and "TPF005" in cold[1]
+    forge(proj, lambda entry: entry.update(findings=findings))
+    assert outcome(_run(TOOLS[tool], proj)) == cold
+
+
+@FIXED_BY_ISSUE_24
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_cache_folder_linked_out_of_the_project_is_not_used(proj, tool):
+    (proj / cache.FOLDER_NAME).symlink_to("..")            # ln -s .. .tpf_cache
+    outside = sorted(p.name for p in proj.parent.iterdir())
+    cold = outcome(_run(TOOLS[tool], proj))
+    assert cold[0] == 1 and "TPF005" in cold[1]
+    assert sorted(p.name for p in proj.parent.iterdir()) == outside    # no ../.gitignore
+    assert outcome(_run(TOOLS[tool], proj)) == cold
+
+
+@FIXED_BY_ISSUE_24
+def test_nothing_is_written_through_a_link_inside_the_cache_folder(proj, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (proj / cache.FOLDER_NAME).mkdir()
+    (proj / cache.FOLDER_NAME / "findings").symlink_to(outside)
+    (proj / cache.FOLDER_NAME / ".gitignore").symlink_to(outside / "victim")
+    assert "TPF005" in codes(lint(proj / "train.py"))
+    assert not list(outside.iterdir())
+
+
+@FIXED_BY_ISSUE_24
+def test_a_cache_tracked_by_git_is_not_used(proj):
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    cold = described(lint(proj / "train.py"))
+    forge(proj, lambda entry: entry.update(findings=[]))
+    subprocess.run(["git", "init", "-q"], cwd=proj, check=True)
+    subprocess.run(["git", "add", "-f", cache.FOLDER_NAME], cwd=proj, check=True)
+    new_process()
+    assert described(lint(proj / "train.py")) == cold
+
+
+@FIXED_BY_ISSUE_24
+def test_a_module_edited_without_changing_its_size_or_mtime_is_read_again(proj):
+    models = proj / "models.py"
+    assert "TPF005" in codes(lint(proj / "train.py"))
+    before = models.stat()
+    models.write_text(MODEL.format(out=RAW.ljust(len(SOFTMAX))))    # as `cp -p` leaves it
+    os.utime(models, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert models.stat().st_size == before.st_size
+    new_process()
+    assert "TPF005" not in codes(lint(proj / "train.py"))
+
+
+KILLED_CACHE_WRITE = """if True:
+    import ast, os, signal, sys
+    from flake8_torch_preflight import engine
+    os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)   # dies mid-write
+    source = open(sys.argv[1]).read()
+    engine.lint_file(ast.parse(source), sys.argv[1], source)
+"""
+
+
+def _temporaries(folder):
+    return [p for p in folder.rglob("*") if p.name.endswith(".tpf-tmp") or
+            p.name.startswith(".tmp-")]
+
+
+@FIXED_BY_ISSUE_24
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+def test_a_cache_write_killed_midway_leaves_nothing_after_the_next_run(proj):
+    env = dict(os.environ)
+    env.pop(cache.ENV_DISABLE, None)
+    killed = subprocess.run([sys.executable, "-c", KILLED_CACHE_WRITE, "train.py"], cwd=proj,
+                            env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert _temporaries(proj / cache.FOLDER_NAME)
+    assert outcome(_run(TOOLS["tpf"], proj))[0] == 1
+    assert not _temporaries(proj / cache.FOLDER_NAME)
