@@ -83,7 +83,6 @@ def temporaries(folder):
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tpf-tmp"))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: fixed in the next commit")
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
 @pytest.mark.parametrize("next_run", [["check", "."], ["check", "train.py"],
                                       ["fix", "train.py"]])
@@ -97,7 +96,6 @@ def test_a_write_killed_midway_leaves_a_temporary_the_next_run_removes(tmp_path,
     assert temporaries(tmp_path) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: fixed in the next commit")
 def test_only_stale_temporaries_of_ours_are_removed(tmp_path):
     handle, live = writing.create_temporary(str(tmp_path), "train.py")     # this process's
     os.close(handle)
