@@ -375,11 +375,12 @@ def _read_entry(path: str, key: bytes) -> Optional[object]:
     try:
         with os.fdopen(handle, "rb") as reading:
             data = reading.read(MAX_ENTRY_BYTES + 1)
-            if time.time() - os.fstat(handle).st_mtime > 24 * 3600:
-                _touch(handle, path)        # pruning keeps what is used
+            entry = _unseal(data, key) if len(data) <= MAX_ENTRY_BYTES else None
+            if entry is not None and time.time() - os.fstat(handle).st_mtime > 24 * 3600:
+                _touch(handle, path)        # pruning keeps what is used (ours only)
     except OSError:
         return None
-    return _unseal(data, key) if len(data) <= MAX_ENTRY_BYTES else None
+    return entry
 
 
 def _write_entry(base: str, path: str, entry: dict, key: bytes) -> None:
