@@ -8,7 +8,8 @@ memory), in-process flake8 (`legacy.get_style_guide(isolated=True, jobs=1).check
 every `.py` file of the repositories, one call per repository; the number is that process's
 CPU time for the checks (`time.process_time`, start-up excluded). `stock` filters our two
 plugins out, as `python -m benchmarks` does. The cache folder lands in a temporary working
-directory (corpus repositories hold no root marker), emptied before the cold run.
+directory (corpus repositories hold no root marker), emptied before the cold run; the
+user's key (`XDG_CACHE_HOME`) in a folder beside it, so the benchmark leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def _spawn(dest: Path, names: str, mode: str, cwd: str) -> dict:
         env["TPF_NO_CACHE"] = "1"
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env["XDG_CACHE_HOME"] = os.path.join(cwd, "user-cache")
     out = subprocess.run([sys.executable, "-m", "benchmarks.cache_speed", "--dest", str(dest),
                           "--repos", names, "--one", "stock" if mode == "stock" else "plugin"],
                          cwd=cwd, env=env, stdout=subprocess.PIPE, text=True, check=True)

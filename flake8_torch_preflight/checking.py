@@ -21,6 +21,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from .engine import has_skip_file_comment, lint_file, lint_tree
 from .findings import NOTE, Finding
 from .noqa import NoqaMap
+from .writing import remove_stale_temporaries
 
 # Never walked into: Jupyter's autosave copies of every notebook.
 ALWAYS_SKIPPED_FOLDERS = (".ipynb_checkpoints",)
@@ -417,7 +418,11 @@ def discover(paths: Sequence[str], discovery: Discovery) -> List[Tuple[str, str]
                 else:
                     files.append((full, path))
     seen = set()
-    return [f for f in files if not (f[0] in seen or seen.add(f[0]))]
+    found = [f for f in files if not (f[0] in seen or seen.add(f[0]))]
+    # what a killed `tpf fix` left next to these files goes at the next run (writing.py)
+    for folder in sorted({os.path.dirname(path) or "." for path, _ in found if path != "-"}):
+        remove_stale_temporaries(folder)
+    return found
 
 
 def _special(path: str) -> str:

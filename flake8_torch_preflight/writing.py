@@ -9,15 +9,30 @@ fixed file is compared with what was read (size, modification time, SHA-256 of t
 if it changed meanwhile (an editor saved it while `tpf fix` worked) it is left as it is, with
 a message. A symlink is followed only when its target lies inside the tree named on the
 command line; the link itself is kept. Every message names the file.
+
+**Temporary files** (`create_temporary`, used by the cache across runs too) are named
+`.<name>.<host>-<pid>.<random>.tpf-tmp` and opened with O_EXCL|O_NOFOLLOW (never an existing
+file, never through a link). One left by a killed writer is removed by the next run that
+discovers files in its folder or writes there (`remove_stale_temporaries`): when its name says
+it was written on this machine by a process that no longer exists, or whoever wrote it, when
+it is more than an hour old (a write lasts milliseconds). A live writer's file is never
+removed: its process exists. (Where the pid cannot be asked, as on Windows or a writer in
+another pid namespace with the same host name, only the hour counts, or the writer's rename
+fails and it reports the file as not written; the file it meant to replace is untouched.)
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import stat
-import tempfile
+import time
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Tuple
+
+TEMP_SUFFIX = ".tpf-tmp"
+STALE_AFTER_S = 3600
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class WriteProblem(Exception):
@@ -52,9 +67,9 @@ def atomic_write(path: str, data: bytes, display: Optional[str] = None,
         # a read-only file stays so: replacing it through its folder would bypass that (and
         # root passes every os.access test)
         raise WriteProblem(f"{name}: cannot write: the file is read-only")
+    remove_stale_temporaries(folder)
     try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
-                                             suffix=".tpf-tmp")
+        handle, temporary = create_temporary(folder, os.path.basename(path))
     except OSError as exc:
         raise WriteProblem(f"{name}: cannot write: {_reason(exc)}") from None
     try:
@@ -74,6 +89,66 @@ def atomic_write(path: str, data: bytes, display: Optional[str] = None,
     except BaseException:
         _remove_quietly(temporary)
         raise
+
+
+def create_temporary(folder: str, name: str) -> Tuple[int, str]:
+    """(descriptor open for writing, path) of a new empty file in `folder`, mode 0600, named
+    for `name` and for this machine and process (see the module's docstring)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = os.path.join(folder, f".{name[:64]}.{_host()}-{os.getpid()}."
+                                    f"{secrets.token_hex(4)}{TEMP_SUFFIX}")
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name in {folder}")
+
+
+def remove_stale_temporaries(folder: str) -> int:
+    """Remove from `folder` the temporary files of ours whose writer is gone; how many."""
+    try:
+        with os.scandir(folder) as listing:
+            ours = [item for item in listing
+                    if item.name.startswith(".") and item.name.endswith(TEMP_SUFFIX)]
+    except OSError:
+        return 0
+    removed, now = 0, time.time()
+    for item in ours:
+        try:
+            info = item.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and _stale(item.name, now - info.st_mtime):
+            removed += _remove_quietly(item.path)
+    return removed
+
+
+def _stale(name: str, age_s: float) -> bool:
+    if age_s > STALE_AFTER_S:
+        return True
+    parts = name[:-len(TEMP_SUFFIX)].rsplit(".", 2)     # ".<name>", "<host>-<pid>", random
+    host, _, pid = parts[1].partition("-") if len(parts) == 3 else ("", "", "")
+    return host == _host() and pid.isascii() and pid.isdigit() and not _alive(int(pid))
+
+
+def _host() -> str:
+    node = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
+    return hashlib.sha256(node.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists; True when that cannot be asked (on Windows `os.kill`
+    would end the process instead of asking)."""
+    if os.name != "posix" or not 0 < pid < 2 ** 31:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # exists, someone else's
+        return True
+    return True
 
 
 def _changed_since(path: str, expected: Snapshot) -> bool:
@@ -150,9 +225,12 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def _remove_quietly(path: Optional[str]) -> None:
+def _remove_quietly(path: Optional[str]) -> int:
+    """Remove `path` if it can be; 1 when removed, else 0."""
     if path:
         try:
             os.unlink(path)
+            return 1
         except OSError:
             pass
+    return 0

@@ -6,6 +6,9 @@ import ast
 import json
 import os
 import pickle
+import shlex
+import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -56,23 +59,28 @@ SOFTMAX, RAW = "F.softmax(self.fc(x), dim=1)", "self.fc(x)"
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
     """A project root (`pyproject.toml`) with a model file and a training script that
-    imports it; the cache on, and this process's memory of earlier runs forgotten."""
+    imports it, alone in its parent folder; the user's cache folder (the key's) elsewhere in
+    tmp; the cache on, and this process's memory of earlier runs forgotten."""
+    root = tmp_path / "work" / "proj"
+    root.mkdir(parents=True)
     monkeypatch.delenv(cache.ENV_DISABLE, raising=False)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
-    (tmp_path / "models.py").write_text(MODEL.format(out=SOFTMAX))
-    (tmp_path / "train.py").write_text(TRAIN)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / "cache"))
+    monkeypatch.chdir(root)
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (root / "models.py").write_text(MODEL.format(out=SOFTMAX))
+    (root / "train.py").write_text(TRAIN)
     new_process()
-    yield tmp_path
+    yield root
     new_process()
 
 
 def new_process():
     """Forget what this process learnt, as a new run would start."""
     workspace.clear()
-    for table in (project._FILES, project._ROOTS, project._MARKED, project._LOOKUPS, seeding._SUMMARIES,
-                  cache._DIGESTS, cache._ANSWERS, cache._READY, cache._ROOT_OF, cache._PRUNED):
+    for table in (project._FILES, project._ROOTS, project._MARKED, project._LOOKUPS, seeding._SUMMARIES):
         table.clear()
+    for name in ("_DIGESTS", "_ANSWERS", "_READY", "_ROOT_OF", "_PRUNED", "_KEY"):
+        getattr(cache, name, {}).clear()
     cache.set_enabled(True)
 
 
@@ -95,7 +103,21 @@ def no_analysis(monkeypatch):
 
 def entries(root):
     folder = root / cache.FOLDER_NAME / "findings"
-    return sorted(folder.glob("*.pickle")) if folder.is_dir() else []
+    return sorted(folder.glob("*" + cache.ENTRY_SUFFIX)) if folder.is_dir() else []
+
+
+def read(entry_path):
+    """The JSON of an entry (its MAC line skipped)."""
+    return json.loads(entry_path.read_bytes().partition(b"\n")[2])
+
+
+def sign(entry_path, entry):
+    """Write `entry` with a MAC under the user's real key (as if the key had leaked)."""
+    entry_path.write_bytes(cache._seal(entry, cache._key()))
+
+
+def codes(findings):
+    return {f.code for f in findings}
 
 
 def test_a_hit_returns_what_the_analysis_found_fix_plans_included(proj, monkeypatch):
@@ -142,14 +164,57 @@ def test_a_touched_file_with_the_same_content_still_hits(proj, monkeypatch):
 def test_damaged_and_foreign_entries_are_misses(proj):
     expected = described(lint(proj / "train.py"))
     (entry,) = [e for e in entries(proj) if e.stat().st_size > 100]
-    evil = pickle.dumps(type("Boom", (), {"__reduce__": lambda self: (os.system, ("false",))})())
-    for damaged in (entry.read_bytes()[: entry.stat().st_size // 2], b"", b"not a pickle",
-                    pickle.dumps({"format": cache.FORMAT, "key": None}), evil):
+    good = entry.read_bytes()
+    other_key = cache._seal(read(entry), b"k" * 32)        # another user's, another machine's
+    for damaged in (good[: len(good) // 2], b"", b"not an entry", good + b" ", other_key,
+                    pickle.dumps({"format": cache.FORMAT}), b"\n" + good.partition(b"\n")[2]):
         new_process()
         entry.write_bytes(damaged)
         assert described(lint(proj / "train.py")) == expected
-    with pytest.raises(pickle.UnpicklingError):
-        cache._SafeUnpickler(__import__("io").BytesIO(evil)).load()
+
+
+GOOD_RECORD = [3, 4, "TPF001", "error", "what", "evidence", "fix",
+               ["detach", [["body", 0], ["value", -1]], None]]
+BAD_RECORDS = [
+    42, "TPF001", [], GOOD_RECORD[:7], GOOD_RECORD + [None],
+    [-1] + GOOD_RECORD[1:], [True] + GOOD_RECORD[1:], [3.0] + GOOD_RECORD[1:],
+    [2 ** 40] + GOOD_RECORD[1:], [3, None] + GOOD_RECORD[2:],
+    [3, 4, "E501"] + GOOD_RECORD[3:], [3, 4, "TPF0011"] + GOOD_RECORD[3:],
+    [3, 4, "TPF\u0661\u0662\u0663"] + GOOD_RECORD[3:], [3, 4, ["TPF001"]] + GOOD_RECORD[3:],
+    GOOD_RECORD[:3] + ["fatal"] + GOOD_RECORD[4:], GOOD_RECORD[:3] + [["error"]] + GOOD_RECORD[4:],
+    GOOD_RECORD[:4] + [3] + GOOD_RECORD[5:], GOOD_RECORD[:6] + [None, None],
+    GOOD_RECORD[:7] + [["detach", [["body", -2]], None]],
+    GOOD_RECORD[:7] + [["detach", [["__class__", -1]], None]],
+    GOOD_RECORD[:7] + [["os.system", [], None]], GOOD_RECORD[:7] + [["detach", "body", None]],
+    GOOD_RECORD[:7] + [["detach", [["body", 0, 1]], None]], GOOD_RECORD[:7] + [{"kind": 1}],
+]
+
+
+@pytest.mark.parametrize("record", BAD_RECORDS)
+def test_an_entry_with_the_right_mac_is_still_checked_field_by_field(proj, record):
+    expected = described(lint(proj / "train.py"))
+    (entry,) = [e for e in entries(proj) if e.stat().st_size > 100]
+    data = read(entry)
+    assert cache._valid_entry(data, data["key"], data["digest"])
+    assert cache.valid_record(GOOD_RECORD) and not cache.valid_record(record)
+    data["findings"] = [record]
+    sign(entry, data)
+    new_process()
+    assert described(lint(proj / "train.py")) == expected
+
+
+@pytest.mark.parametrize("field, value", [
+    ("format", 1), ("format", True), ("key", None), ("digest", "0" * 64), ("lookups", [[1, 2, 3]]),
+    ("lookups", {}), ("files", [["models.py", "not a digest"]]), ("files", [["x"]]),
+    ("findings", None), ("extra", 1)])
+def test_every_field_of_an_entry_is_checked(proj, field, value):
+    expected = described(lint(proj / "train.py"))
+    (entry,) = [e for e in entries(proj) if e.stat().st_size > 100]
+    data = read(entry)
+    data[field] = value
+    sign(entry, data)
+    new_process()
+    assert described(lint(proj / "train.py")) == expected
 
 
 def test_turned_off_by_the_environment_and_the_switch(proj, monkeypatch):
@@ -188,36 +253,21 @@ def test_concurrent_writers_leave_valid_entries(proj):
         results = list(pool.map(_lint_in_worker, paths))
     assert all(r == results[0] for r in results)
     assert len(entries(proj)) == 6
-    assert not [p for p in (proj / cache.FOLDER_NAME / "findings").iterdir()
-                if p.name.startswith(cache.TEMP_PREFIX)]
+    assert not _temporaries(proj / cache.FOLDER_NAME)
 
 
 def test_pruning_keeps_the_newest_entries(tmp_path):
     for index in range(10):
-        path = tmp_path / f"{index:02d}.pickle"
+        path = tmp_path / f"{index:02d}.json"
         path.write_bytes(b"x" * 10)
         os.utime(path, (1_000_000 + index, 1_000_000 + index))
-    (tmp_path / (cache.TEMP_PREFIX + "left")).write_bytes(b"")
-    os.utime(tmp_path / (cache.TEMP_PREFIX + "left"), (1, 1))
+    (tmp_path / "0123.pickle").write_bytes(b"")      # an entry of the format before
     removed = cache.prune(str(tmp_path), max_entries=4, max_age_s=1e12)
     assert removed == 7
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["06.pickle", "07.pickle",
-                                                          "08.pickle", "09.pickle"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["06.json", "07.json",
+                                                          "08.json", "09.json"]
     assert cache.prune(str(tmp_path), max_bytes=25, max_age_s=1e12) == 2
     assert cache.prune(str(tmp_path), max_age_s=1) == 2
-
-
-def test_objects_are_kept_per_file_content(proj):
-    path = str(proj / "models.py")
-    cache.store_object("summary", path, {"Net": (1, "softmax")})
-    new_process()
-    assert cache.load_object("summary", path) == {"Net": (1, "softmax")}
-    assert cache.load_object("other", path) is None
-    (proj / "models.py").write_text(MODEL.format(out=RAW))
-    new_process()
-    assert cache.load_object("summary", path) is None
-    cache.store_object("summary", path, "stale", digest="0" * 64)    # not its bytes any more
-    assert cache.load_object("summary", path) is None
 
 
 # ---------------------------------------------------------------------------- whole runs
@@ -269,11 +319,197 @@ def test_flake8_jobs_share_one_cache(proj):
 def test_tpf_fix_never_reads_the_cache(proj, monkeypatch):
     lint(proj / "train.py")
     for entry in entries(proj):          # a poisoned cache: every finding moved a line down
-        data = pickle.loads(entry.read_bytes())
-        data["findings"] = [(line + 1,) + tuple(rest) for line, *rest in data["findings"]]
-        entry.write_bytes(pickle.dumps(data))
+        data = read(entry)
+        data["findings"] = [[line + 1] + rest for line, *rest in data["findings"]]
+        sign(entry, data)
     before = (proj / "train.py").read_text()
     out = _run(["flake8_torch_preflight", "fix", "--select", "TPF001", "train.py"], proj)
     assert out.returncode == 0, out.stderr
     after = (proj / "train.py").read_text()
     assert after != before and "losses.append(loss.detach())" in textwrap.dedent(after)
+
+
+# ---------------------------------------------------------------------------- what a repository ships
+# Issue 24: a `.tpf_cache/` that comes with the code (a pull request, a tarball, a CI cache
+# whose key is predictable) must not run code, hide a finding or crash the run, under
+# `tpf check` and under flake8 alike.
+
+TOOLS = {
+    "tpf": ["flake8_torch_preflight", "check", "--no-vram", "-j", "1", "."],
+    "flake8": ["flake8", "--isolated", "--select", "TPF", "."],
+}
+
+
+def system_pickle(command: str) -> bytes:
+    """The exploit of issue 24: a protocol-4 pickle whose global is `os.system` reached
+    through our own module's `os` (a dotted name the old whitelist accepted)."""
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return b"X" + struct.pack("<I", len(data)) + data
+    return b"\x80\x04" + text("flake8_torch_preflight.cache") + text("os.system") + b"\x93" + \
+        text(command) + b"\x85R."
+
+
+def forge(proj, edit):
+    """Rewrite every entry as someone without the user's key would: `edit(entry)`, the MAC
+    line kept."""
+    for path in entries(proj):
+        head, _, payload = path.read_bytes().partition(b"\n")
+        entry = json.loads(payload)
+        edit(entry)
+        path.write_bytes(head + b"\n" + json.dumps(entry, sort_keys=True).encode())
+
+
+def outcome(run):
+    assert "Traceback" not in run.stderr, run.stderr
+    return run.returncode, run.stdout
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the payload is a POSIX shell command")
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_poisoned_entry_runs_no_code(proj, tool):
+    cold = outcome(_run(TOOLS[tool], proj))
+    marker = proj.parent / "marker"
+    assert entries(proj)
+    for path in entries(proj):
+        path.write_bytes(system_pickle(f"touch {shlex.quote(str(marker))}"))
+    assert outcome(_run(TOOLS[tool], proj)) == cold
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("findings", [[], [42], [["x"]]])
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_forged_entry_hides_nothing_and_crashes_nothing(proj, tool, findings):
+    cold = outcome(_run(TOOLS[tool], proj))
+    assert cold[0] == 1 and "TPF005" in cold[1]
+    forge(proj, lambda entry: entry.update(findings=findings))
+    assert outcome(_run(TOOLS[tool], proj)) == cold
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_cache_folder_linked_out_of_the_project_is_not_used(proj, tool):
+    (proj / cache.FOLDER_NAME).symlink_to("..")            # ln -s .. .tpf_cache
+    outside = sorted(p.name for p in proj.parent.iterdir())
+    cold = outcome(_run(TOOLS[tool], proj))
+    assert cold[0] == 1 and "TPF005" in cold[1]
+    assert sorted(p.name for p in proj.parent.iterdir()) == outside    # no ../.gitignore
+    assert outcome(_run(TOOLS[tool], proj)) == cold
+
+
+def test_nothing_is_written_through_a_link_inside_the_cache_folder(proj, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (proj / cache.FOLDER_NAME).mkdir()
+    (proj / cache.FOLDER_NAME / "findings").symlink_to(outside)
+    (proj / cache.FOLDER_NAME / ".gitignore").symlink_to(outside / "victim")
+    assert "TPF005" in codes(lint(proj / "train.py"))
+    assert not list(outside.iterdir())
+
+
+def test_a_cache_tracked_by_git_is_not_used(proj):
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    cold = described(lint(proj / "train.py"))
+    for path in entries(proj):          # signed with the user's key, as if it had leaked
+        sign(path, dict(read(path), findings=[]))
+    subprocess.run(["git", "init", "-q"], cwd=proj, check=True)
+    new_process()
+    assert lint(proj / "train.py") == []            # the key alone would not have helped
+    subprocess.run(["git", "add", "-f", cache.FOLDER_NAME], cwd=proj, check=True)
+    new_process()
+    assert described(lint(proj / "train.py")) == cold
+
+
+def test_a_module_edited_without_changing_its_size_or_mtime_is_read_again(proj):
+    models = proj / "models.py"
+    assert "TPF005" in codes(lint(proj / "train.py"))
+    before = models.stat()
+    models.write_text(MODEL.format(out=RAW.ljust(len(SOFTMAX))))    # as `cp -p` leaves it
+    os.utime(models, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert models.stat().st_size == before.st_size
+    new_process()
+    assert "TPF005" not in codes(lint(proj / "train.py"))
+
+
+KILLED_CACHE_WRITE = """if True:
+    import ast, os, signal, sys
+    from flake8_torch_preflight import engine
+    os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)   # dies mid-write
+    source = open(sys.argv[1]).read()
+    engine.lint_file(ast.parse(source), sys.argv[1], source)
+"""
+
+
+def _temporaries(folder):
+    return [p for p in folder.rglob("*") if p.name.endswith(".tpf-tmp") or
+            p.name.startswith(".tmp-")]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+def test_a_cache_write_killed_midway_leaves_nothing_after_the_next_run(proj):
+    env = dict(os.environ)
+    env.pop(cache.ENV_DISABLE, None)
+    killed = subprocess.run([sys.executable, "-c", KILLED_CACHE_WRITE, "train.py"], cwd=proj,
+                            env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert _temporaries(proj / cache.FOLDER_NAME)
+    assert outcome(_run(TOOLS["tpf"], proj))[0] == 1
+    assert not _temporaries(proj / cache.FOLDER_NAME)
+
+
+# ---------------------------------------------------------------------------- the key
+
+def test_the_key_is_the_users_made_private_once_and_kept_outside_the_project(proj, tmp_path):
+    lint(proj / "train.py")
+    key = tmp_path / "home" / "cache" / "flake8-torch-preflight" / "key"
+    assert cache.key_path() == str(key)
+    assert len(key.read_text()) == 64 and not list(proj.rglob("key"))
+    if os.name == "posix":
+        assert (key.stat().st_mode & 0o777, key.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    made = key.read_bytes()
+    new_process()
+    lint(proj / "train.py")
+    assert key.read_bytes() == made and not _temporaries(key.parent)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
+@pytest.mark.parametrize("loosen", ["key", "folder"])
+def test_a_key_others_can_read_or_replace_turns_the_cache_off(proj, tmp_path, loosen):
+    lint(proj / "train.py")
+    key = tmp_path / "home" / "cache" / "flake8-torch-preflight" / "key"
+    (key if loosen == "key" else key.parent).chmod(0o644 if loosen == "key" else 0o777)
+    shutil.rmtree(proj / cache.FOLDER_NAME)
+    new_process()
+    assert "TPF005" in codes(lint(proj / "train.py"))
+    assert cache._key() is None and not (proj / cache.FOLDER_NAME).exists()
+
+
+def test_no_home_folder_means_no_cache(proj, monkeypatch):
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)     # `~` stays `~`
+    assert cache.key_path() is None
+    assert "TPF005" in codes(lint(proj / "train.py"))
+    assert not (proj / cache.FOLDER_NAME).exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_a_fifo_planted_as_an_entry_is_a_miss_not_a_hang(proj):
+    expected = described(lint(proj / "train.py"))
+    (entry,) = [e for e in entries(proj) if e.stat().st_size > 100]
+    entry.unlink()
+    os.mkfifo(entry)
+    new_process()
+    assert described(lint(proj / "train.py")) == expected
+
+
+def test_the_folder_ignores_itself_and_takes_no_git_call_when_made_now(proj, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cache, "_tracked_by_git", lambda root: calls.append(root) or False)
+    lint(proj / "train.py")
+    ignore = proj / cache.FOLDER_NAME / ".gitignore"
+    assert ignore.read_text().splitlines()[-1] == "*" and calls == []
+    if os.name == "posix":
+        assert ignore.stat().st_mode & 0o777 == 0o644
+    new_process()
+    lint(proj / "train.py")
+    assert calls == [str(proj)]

@@ -71,6 +71,47 @@ def test_atomic_write_failure_keeps_the_original(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
 
 
+KILLED_WRITE = """if True:
+    import os, signal, sys
+    from flake8_torch_preflight import writing
+    os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)   # dies mid-write
+    writing.atomic_write(sys.argv[1], b"half")
+"""
+
+
+def temporaries(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tpf-tmp"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+@pytest.mark.parametrize("next_run", [["check", "."], ["check", "train.py"],
+                                      ["fix", "train.py"]])
+def test_a_write_killed_midway_leaves_a_temporary_the_next_run_removes(tmp_path, next_run):
+    (tmp_path / "train.py").write_text(LEAKY)
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITE, "train.py"], cwd=tmp_path,
+                            capture_output=True)
+    assert killed.returncode == -9 and (tmp_path / "train.py").read_text() == LEAKY
+    assert len(temporaries(tmp_path)) == 1
+    run(next_run, tmp_path)
+    assert temporaries(tmp_path) == []
+
+
+def test_only_stale_temporaries_of_ours_are_removed(tmp_path):
+    handle, live = writing.create_temporary(str(tmp_path), "train.py")     # this process's
+    os.close(handle)
+    other_host = tmp_path / ".train.py.00000000-1.abcd.tpf-tmp"
+    not_ours = tmp_path / "notes.tpf-tmp"
+    for path in (other_host, not_ours):
+        path.write_bytes(b"")
+    assert writing.remove_stale_temporaries(str(tmp_path)) == 0
+    assert sorted(temporaries(tmp_path)) == sorted([os.path.basename(live), other_host.name,
+                                                    not_ours.name])
+    for path in (live, other_host, not_ours):          # any host's, after an hour
+        os.utime(path, (1, 1))
+    assert writing.remove_stale_temporaries(str(tmp_path)) == 2
+    assert temporaries(tmp_path) == [not_ours.name]
+
+
 def test_fix_writes_atomically_and_keeps_mode(tmp_path):
     path = tmp_path / "train.py"
     path.write_text(LEAKY)
