@@ -98,7 +98,8 @@ ENTRY_SUFFIX = ".json"
 _FINDINGS, _TMP = "findings", "tmp"
 _GITIGNORE = b"# created by flake8-torch-preflight\n*\n"
 _POSIX = os.name == "posix"
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
+# never through a symlink, never waiting on a FIFO, bytes as they are (Windows)
+_SAFE_OPEN = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
     getattr(os, "O_BINARY", 0)
 
 _ENABLED = [True]
@@ -173,6 +174,7 @@ def _create_key(path: str) -> bool:
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        remove_stale_temporaries(folder)        # of a first run killed while it wrote
         handle, temporary = create_temporary(folder, "key")
     except OSError:
         return False
@@ -356,7 +358,7 @@ def _open_regular(path: str, flags: int, mode: int = 0o600) -> Optional[int]:
     """A descriptor of the regular file at `path`, never through a symlink and never
     blocking on a FIFO; None for anything else."""
     try:
-        handle = os.open(path, flags | _NOFOLLOW, mode)
+        handle = os.open(path, flags | _SAFE_OPEN, mode)
     except OSError:
         return None
     try:
