@@ -1,0 +1,99 @@
+"""What a traced estimate runs, decided from the static side's resolved :class:`Setup`
+(torch-free), and what it measured.  A run the trace cannot reproduce on the CPU is refused
+here with one line, before torch is imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+from .architectures import build_for, traceable_families
+
+# precision -> (default dtype the model is built in, autocast dtype or None)
+PRECISIONS = {
+    "fp32": ("fp32", None),
+    "bf16": ("bf16", None),
+    "fp16": ("fp16", None),
+    "bf16-mixed": ("fp32", "bf16"),
+    "fp16-mixed": ("fp32", "fp16"),
+}
+OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "none")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One traced step: the model (family and our config), the run's shape and how it trains."""
+
+    family: str
+    config: Dict[str, Any]
+    train: bool
+    batch: int
+    seq: int
+    dtype: str
+    autocast: Optional[str]
+    attention: str
+    checkpointing: bool
+    lora: int
+    lora_targets: Optional[Tuple[str, ...]]
+    lora_dropout: float
+    optimizer: str
+    foreach: bool
+
+
+@dataclass
+class Traced:
+    """MemTracker's breakdown at the step's peak and after each phase ({category: bytes})."""
+
+    plan: Plan
+    peak: Dict[str, int]
+    after: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+
+def _refusal(s: Any) -> Optional[str]:
+    """Why the trace cannot reproduce this run, or None."""
+    family = s.model.family.name
+    if build_for(family) is None:
+        return (
+            f"transformers cannot be built for family '{family}' by the trace "
+            f"(traced families: {', '.join(traceable_families())})"
+        )
+    if s.mode == "generate":
+        return "generation is not traced (the trace runs one training or inference step)"
+    if s.precision not in PRECISIONS:
+        return f"{s.precision} weights are not traced (bitsandbytes kernels need real tensors)"
+    if s.train and s.optimizer not in OPTIMIZERS:
+        return f"optimizer {s.optimizer} is not traced (traced: {', '.join(OPTIMIZERS[:-1])})"
+    if s.world > 1 and s.sharding != "ddp":
+        return f"{s.sharding} over {s.world} ranks is not traced (the trace runs one unsharded device)"
+    if s.offload != "none":
+        return "offloading is not traced"
+    if s.lora and s.lora_impl != "peft":
+        return f"LoRA through {s.lora_impl} is not traced (the trace builds adapters with PEFT)"
+    return None
+
+
+def plan_for(s: Any) -> Tuple[Optional[Plan], Optional[str]]:
+    """The plan for a resolved :class:`~vram_estimator.costs.terms.Setup`, or why there is none."""
+    why = _refusal(s)
+    if why:
+        return None, why
+    dtype, autocast = PRECISIONS[s.precision]
+    return (
+        Plan(
+            family=s.model.family.name,
+            config=dict(s.model.config),
+            train=s.train,
+            batch=s.batch,
+            seq=s.seq,
+            dtype=dtype,
+            autocast=autocast,
+            attention=s.attention,
+            checkpointing=s.checkpointing,
+            lora=s.lora if s.train else 0,
+            lora_targets=s.lora_targets,
+            lora_dropout=s.lora_dropout,
+            optimizer=s.optimizer if s.train else "none",
+            foreach=s.foreach,
+        ),
+        None,
+    )
