@@ -11,6 +11,9 @@ Every ``# vram:`` comment key has a flag of the same name; flags win over commen
 over config files, which win over what is read from the script.  Every flag is checked
 before anything is estimated: a bad value is one ``vram-estimate: error:`` line.
 
+``--trace`` adds a traced estimate beside the static one (docs/vram.md, "Traced estimate");
+without torch and transformers it is one line and exit status 3.
+
 Exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input (a flag, a ``# vram:``
 comment or a config value that is wrong; an unknown model or GPU), 4 no model named,
 5 an input that cannot be read (missing, undecodable, a syntax error, an unreadable config).
@@ -71,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     for key in KEYS:
         p.add_argument(f"--{key}", default=None, type=_checked(key), help=f"same as '# vram: {key}=...'")
     p.add_argument("--lora-targets", default=None, help="comma-separated LoRA target modules, or all-linear")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="also build the model with transformers on fake tensors and trace one step under "
+        "PyTorch's memory tracker (needs the [trace] extra: torch, transformers; peft for LoRA); "
+        "both estimates side by side",
+    )
     p.add_argument(
         "--gpus", dest="world", default=None, type=_checked("world"), help="ranks of the run; same as --world"
     )
@@ -164,6 +174,12 @@ def _main(argv: Optional[List[str]]) -> int:
     except SystemExit as exc:  # a usage error (3) or --help (0), already printed
         return int(exc.code or 0)
     first = args.inputs[0] if args.inputs else None
+    if args.trace:
+        from .tracing import missing
+
+        if missing():
+            print(f"vram-estimate: {missing()}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if first == "gpus" and len(args.inputs) == 1:
         print(_list_gpus(args.format))
         return 0
@@ -183,6 +199,10 @@ def _main(argv: Optional[List[str]]) -> int:
             parser.print_help()
             return EXIT_NO_MODEL
         result = estimate_config(**overrides)
+    if args.trace and result.estimate is not None:
+        from .tracing.compare import traced_estimate
+
+        result.traced = traced_estimate(result.estimate)
     name = configs[0] if configs and configs[0].lower().endswith((".sh", ".bash")) else script
     name = name or (configs[0] if configs else None)
     if result.input_error and args.format == "text":

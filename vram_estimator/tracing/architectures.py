@@ -26,7 +26,12 @@ _GATED = {
 _QWEN3_MOE = dict(
     _GATED, experts="num_experts", moe_ff="moe_intermediate_size", ff="intermediate_size"
 )
-_NEOX = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads", "vocab": "vocab_size"}
+_NEOX = {
+    "hidden": "hidden_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "vocab": "vocab_size",
+}
 _OPT = {
     "hidden": "hidden_size",
     "layers": "num_hidden_layers",
@@ -42,8 +47,14 @@ _PHI = {
     "ff": "intermediate_size",
     "vocab": "vocab_size",
 }
-_GPT2 = {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "vocab": "vocab_size", "positions": "n_positions"}
-_FALCON = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads", "vocab": "vocab_size"}
+_GPT2 = {
+    "hidden": "n_embd",
+    "layers": "n_layer",
+    "heads": "n_head",
+    "vocab": "vocab_size",
+    "positions": "n_positions",
+}
+_FALCON = dict(_NEOX)
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,9 @@ BUILDS: Dict[str, Build] = {
         "GPTNeoXConfig", "GPTNeoXForCausalLM", _NEOX, {"tie_word_embeddings": False},
         (("intermediate_size", "hidden", 4.0),),
     ),
-    "opt": Build("OPTConfig", "OPTForCausalLM", _OPT, {"layerdrop": 0.0}, (("word_embed_proj_dim", "hidden", 1.0),)),
+    "opt": Build(
+        "OPTConfig", "OPTForCausalLM", _OPT, {"layerdrop": 0.0}, (("word_embed_proj_dim", "hidden", 1.0),)
+    ),
     "phi": Build("PhiConfig", "PhiForCausalLM", _PHI, {"partial_rotary_factor": 0.4, "resid_pdrop": 0.1}),
     "gpt2": Build("GPT2Config", "GPT2LMHeadModel", _GPT2),
     "falcon": Build(

@@ -42,11 +42,21 @@ class Plan:
 
 @dataclass
 class Traced:
-    """MemTracker's breakdown at the step's peak and after each phase ({category: bytes})."""
+    """MemTracker's breakdown ({category: bytes}) at each phase's peak (``forward`` for
+    inference; ``backward`` (forward and backward) and ``optimizer step`` for training) and at
+    the end of each phase."""
 
     plan: Plan
-    peak: Dict[str, int]
+    peaks: Dict[str, Dict[str, int]]
     after: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.peaks, key=lambda p: self.peaks[p].get("Total", 0))
+
+    @property
+    def peak(self) -> Dict[str, int]:
+        return self.peaks[self.peak_phase]
 
 
 def _refusal(s: Any) -> Optional[str]:

@@ -9,7 +9,8 @@ through :func:`vram_estimator.tracing.trace` when both are installed.
   activations, backward temporaries, optimizer states).
 * A fake tensor has no values, so a Python branch on one has none either: a scalar the code reads
   (``.item()``, ``bool(t)``: a mask check, a layer-drop draw) reads False (no layer dropped,
-  the mask kept) or 1 (an optimizer's step count), and a mixture-of-experts layer routes tokens evenly (see :mod:`.moe`).
+  the mask kept) or 1 (an optimizer's step count), and a mixture-of-experts layer routes
+  tokens evenly (see :mod:`.moe`).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def build_model(plan: Plan) -> torch.nn.Module:
     attention = "eager" if plan.attention == "eager" else "sdpa"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = getattr(transformers, build.model_class)._from_config(config, attn_implementation=attention)
+        cls = getattr(transformers, build.model_class)
+        model = cls._from_config(config, attn_implementation=attention)
     return model
 
 
@@ -132,7 +134,8 @@ def _optimizer(model: torch.nn.Module, plan: Plan):
         cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
         return cls(params, lr=1e-5, foreach=plan.foreach, fused=False)
     if name in ("sgd", "sgd-momentum"):
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9 if name == "sgd-momentum" else 0.0, foreach=plan.foreach)
+        momentum = 0.9 if name == "sgd-momentum" else 0.0
+        return torch.optim.SGD(params, lr=1e-3, momentum=momentum, foreach=plan.foreach)
     if name == "adafactor":
         from transformers.optimization import Adafactor
 
@@ -153,26 +156,43 @@ def _prepare(plan: Plan) -> torch.nn.Module:
     return model
 
 
-def _step(model: torch.nn.Module, optimizer: Any, ids: torch.Tensor, plan: Plan, mt: _Tracker) -> Dict[str, Any]:
-    """Forward, backward and optimizer step; the tracker's current breakdown after each."""
+def _phase_peak(mt: _Tracker) -> Dict[str, int]:
+    """The breakdown at the largest total since the last call, and a fresh start for the next
+    phase (``MemTracker`` keeps one peak for its whole context; it is reset between phases so
+    each phase's peak is compared with the static phase of the same name)."""
+    peak = _snapshot(mt.get_tracker_snapshot("peak"))
+    mt._peak_mem_snap = mt.get_tracker_snapshot("current")
+    mt._peak_mem = {dev: snap.get("Total", 0) for dev, snap in mt._peak_mem_snap.items()}
+    return peak
+
+
+def _step(model: torch.nn.Module, optimizer: Any, ids: torch.Tensor, plan: Plan, mt: _Tracker) -> Dict:
+    """Forward, backward and optimizer step: each phase's peak breakdown, and the breakdown
+    after each step of the way."""
+    peaks: Dict[str, Any] = {}
     after: Dict[str, Any] = {}
     autocast = (
-        torch.autocast("cpu", dtype=_DTYPES[plan.autocast]) if plan.autocast else contextlib.nullcontext()
+        torch.autocast("cpu", dtype=_DTYPES[plan.autocast])
+        if plan.autocast
+        else contextlib.nullcontext()
     )
     grad = contextlib.nullcontext() if plan.train else torch.no_grad()
     with grad, autocast:
         out = model(input_ids=ids, labels=ids if plan.train else None)
     after["forward"] = _snapshot(mt.get_tracker_snapshot("current"))
     if not plan.train:
-        return after
+        peaks["forward"] = _phase_peak(mt)
+        return dict(peaks=peaks, after=after)
     out.loss.backward()
     del out
+    peaks["backward"] = _phase_peak(mt)
     after["backward"] = _snapshot(mt.get_tracker_snapshot("current"))
     if optimizer is not None:
         optimizer.step()
+        peaks["optimizer step"] = _phase_peak(mt)
         after["optimizer step"] = _snapshot(mt.get_tracker_snapshot("current"))
         optimizer.zero_grad(set_to_none=True)
-    return after
+    return dict(peaks=peaks, after=after)
 
 
 def _snapshot(snap: Dict[Any, Dict[Any, int]]) -> Dict[str, int]:
@@ -195,6 +215,19 @@ def trace(plan: Plan) -> Traced:
         mt = _Tracker()
         mt.track_external(model, optimizer, ids)
         with mt:
-            after = _step(model, optimizer, ids, plan, mt)
-        peak = _snapshot(mt.get_tracker_snapshot("peak"))
-    return Traced(plan=plan, peak=peak, after=after)
+            phases = _step(model, optimizer, ids, plan, mt)
+    return Traced(plan=plan, peaks=phases["peaks"], after=phases["after"])
+
+
+def versions() -> Dict[str, str]:
+    """The libraries the trace ran, for the report."""
+    import transformers
+
+    out = {"torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        import peft
+
+        out["peft"] = peft.__version__
+    except ImportError:
+        pass
+    return out
