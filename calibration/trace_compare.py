@@ -32,7 +32,6 @@ CHOSEN = (
     "tt-readme llama-3.2-3b full packed 4096 (optimization flags)",
     "qwen-1.8b lora seq 256",
     "qwen-1.8b lora seq 2048",
-    "qwen-7b lora seq 256",
     "qwen-7b lora seq 2048",
 )
 

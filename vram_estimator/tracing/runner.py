@@ -20,7 +20,7 @@ import warnings
 from typing import Any, Dict, Iterator
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -63,6 +63,15 @@ class _Tracker(MemTracker):
 
     def _gradient(self, grad: torch.Tensor) -> None:
         self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        """The step's peak only: ``MemTracker`` also updates every active module's own peak
+        after every operator (a loop over all modules per operator, most of a large model's
+        trace time), which the estimate does not use."""
+        for dev, snap in self._curr_mem_snap.items():
+            if self._peak_mem.get(dev, 0) < snap[_TOTAL_KEY]:
+                self._peak_mem[dev] = snap[_TOTAL_KEY]
+                self._peak_mem_snap[dev] = dict(snap)
 
 
 @contextlib.contextmanager
