@@ -142,3 +142,32 @@ def test_tiny_llama_lora_through_peft():
     adapters = 2 * 4 * (64 + 64)  # q and v: A (4x64) and B (64x4), fp32 over bf16 weights (PEFT)
     assert outcome.traced.after["backward"]["Gradient"] == 4 * adapters
     assert outcome.traced.peaks["backward"]["Parameter"] == 2 * TINY_PARAMS + 4 * adapters
+
+
+# one tiny config.json per family the issue names (and a few more), read like a local model
+FAMILIES = {
+    "llama": {},
+    "mistral": {},
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+    "gemma": dict(head_dim=32),
+    "gpt_neox": {},
+    "opt": dict(ffn_dim=128, word_embed_proj_dim=64),
+    "phi": {},
+    "qwen2": {},
+    "phi3": {},
+}
+
+
+@needs_trace
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_family_traces_with_the_static_parameter_count(model_type):
+    config = dict(TINY, model_type=model_type, **FAMILIES[model_type])
+    model = db.model_from_hf_config(config, name=f"tiny-{model_type}")
+    values = {"model": Value(model, "test"), "gpu": Value("t4", "test")}
+    values.update({k: Value(v, "test") for k, v in dict(precision="bf16", batch=1, seq=8).items()})
+    static = run(values, with_remedies=False).estimate
+    outcome = traced_estimate(static)
+    assert outcome.problem is None, outcome.problem
+    step = outcome.traced.peaks["optimizer step"]
+    assert step["Parameter"] == 2 * static.params_total  # bf16: the build table matches our formula
+    assert outcome.traced.after["forward"]["Activation"] > 0

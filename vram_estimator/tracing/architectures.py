@@ -31,6 +31,7 @@ _NEOX = {
     "layers": "num_hidden_layers",
     "heads": "num_attention_heads",
     "vocab": "vocab_size",
+    "ff": "intermediate_size",
 }
 _OPT = {
     "hidden": "hidden_size",
@@ -54,7 +55,7 @@ _GPT2 = {
     "vocab": "vocab_size",
     "positions": "n_positions",
 }
-_FALCON = dict(_NEOX)
+_FALCON = {k: v for k, v in _NEOX.items() if k != "ff"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ class Build:
     model_class: str
     keys: Dict[str, str]
     fixed: Dict[str, Any] = field(default_factory=dict)  # keywords the family's published configs set
-    derived: Tuple[Tuple[str, str, float], ...] = ()  # (keyword, our key, factor): keyword = factor x key
+    # (keyword, our key, factor): keyword = factor x key, where the config does not set it
+    derived: Tuple[Tuple[str, str, float], ...] = ()
 
     def kwargs(self, config: Dict[str, Any]) -> Dict[str, Any]:
         """The config class's keywords for one of our stored configurations."""
@@ -73,7 +75,7 @@ class Build:
         if "num_key_value_heads" in self.keys.values() and "kv_heads" not in config and "heads" in config:
             out["num_key_value_heads"] = config["heads"]
         for keyword, key, factor in self.derived:
-            if key in config:
+            if key in config and keyword not in out:
                 out[keyword] = int(factor * config[key])
         out.update(self.fixed)
         return out

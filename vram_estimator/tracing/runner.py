@@ -91,6 +91,8 @@ def build_model(plan: Plan) -> torch.nn.Module:
     build = build_for(plan.family)
     config = getattr(transformers, build.config_class)(**build.kwargs(plan.config))
     config.use_cache = False
+    if (getattr(config, "pad_token_id", None) or 0) >= getattr(config, "vocab_size", 1 << 62):
+        config.pad_token_id = None  # a config class's default pad id past a small vocabulary: no memory in it
     attention = "eager" if plan.attention == "eager" else "sdpa"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -165,6 +167,19 @@ def _prepare(plan: Plan) -> torch.nn.Module:
     return model
 
 
+def _steady_state(model: torch.nn.Module, optimizer: Any) -> None:
+    """Create the optimizer's states before the traced step, as every step after a run's first
+    finds them: one step on zero gradients outside the tracker (then the gradients are dropped),
+    so the traced forward and backward run beside the states, as they do from the second step on."""
+    if optimizer is None:
+        return
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def _phase_peak(mt: _Tracker) -> Dict[str, int]:
     """The breakdown at the largest total since the last call, and a fresh start for the next
     phase (``MemTracker`` keeps one peak for its whole context; it is reset between phases so
@@ -220,6 +235,7 @@ def trace(plan: Plan) -> Traced:
     with fake, _ScalarDefaults(), _default_dtype(_DTYPES[plan.dtype]):
         model = _prepare(plan)
         optimizer = _optimizer(model, plan) if plan.train else None
+        _steady_state(model, optimizer)
         ids = torch.zeros((plan.batch, plan.seq), dtype=torch.long)
         mt = _Tracker()
         mt.track_external(model, optimizer, ids)
