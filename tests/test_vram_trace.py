@@ -171,3 +171,10 @@ def test_family_traces_with_the_static_parameter_count(model_type):
     step = outcome.traced.peaks["optimizer step"]
     assert step["Parameter"] == 2 * static.params_total  # bf16: the build table matches our formula
     assert outcome.traced.after["forward"]["Activation"] > 0
+
+
+@needs_trace
+def test_accumulated_gradients_are_alive_through_the_traced_forward():
+    outcome = traced_estimate(tiny_static(precision="bf16", batch=1, seq=8, grad_accum=4))
+    assert outcome.traced.plan.grads_persist
+    assert outcome.traced.after["forward"]["Gradient"] == 2 * TINY_PARAMS

@@ -38,6 +38,7 @@ class Plan:
     lora_dropout: float
     optimizer: str
     foreach: bool
+    grads_persist: bool = False  # accumulation / set_to_none=False: gradients alive through the step
 
 
 @dataclass
@@ -104,6 +105,7 @@ def plan_for(s: Any) -> Tuple[Optional[Plan], Optional[str]]:
             lora_dropout=s.lora_dropout,
             optimizer=s.optimizer if s.train else "none",
             foreach=s.foreach,
+            grads_persist=s.train and s.grads_persist,
         ),
         None,
     )

@@ -167,17 +167,20 @@ def _prepare(plan: Plan) -> torch.nn.Module:
     return model
 
 
-def _steady_state(model: torch.nn.Module, optimizer: Any) -> None:
+def _steady_state(model: torch.nn.Module, optimizer: Any, grads_persist: bool) -> None:
     """Create the optimizer's states before the traced step, as every step after a run's first
-    finds them: one step on zero gradients outside the tracker (then the gradients are dropped),
-    so the traced forward and backward run beside the states, as they do from the second step on."""
+    finds them: one step on zero gradients outside the tracker, so the traced forward and
+    backward run beside the states, as they do from the second step on.  The gradients are
+    dropped, unless they persist (gradient accumulation, ``zero_grad(set_to_none=False)``):
+    then the traced micro-batch finds them, as the later micro-batches of a step do."""
     if optimizer is None:
         return
     trainable = [p for p in model.parameters() if p.requires_grad]
     for p in trainable:
         p.grad = torch.zeros_like(p)
     optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    if not grads_persist:
+        optimizer.zero_grad(set_to_none=True)
 
 
 def _phase_peak(mt: _Tracker) -> Dict[str, int]:
@@ -235,7 +238,7 @@ def trace(plan: Plan) -> Traced:
     with fake, _ScalarDefaults(), _default_dtype(_DTYPES[plan.dtype]):
         model = _prepare(plan)
         optimizer = _optimizer(model, plan) if plan.train else None
-        _steady_state(model, optimizer)
+        _steady_state(model, optimizer, plan.grads_persist)
         ids = torch.zeros((plan.batch, plan.seq), dtype=torch.long)
         mt = _Tracker()
         mt.track_external(model, optimizer, ids)
