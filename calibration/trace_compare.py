@@ -25,9 +25,16 @@ from vram_estimator.tracing.compare import as_estimate, differences, plan_of  # 
 
 MIB = 1024**2
 # traced rows: every distinct model/setting shape of the two files that a trace can run, at the
-# published sizes (full size; the longest sequences of each LoRA sweep are left out for time on
-# a shared 2-core machine: the growth with the sequence is visible on the shorter ones)
+# published sizes (full size; of each Qwen LoRA sweep two lengths of the 1.8B and one of the 7B,
+# for time on a shared 2-core machine; the 14B sweep has the 7B's shape)
 CHOSEN = (
+    "bert-large bs4 fp32 adamw",
+    "bert-large bs1 (accum 4) fp32",
+    "bert-large bs1 ckpt fp32",
+    "bert-large bs4 fp16",
+    "bert-large bs1 ckpt fp16",
+    "bert-large bs4 adafactor",
+    "bert-large bs1 ckpt fp16 adafactor",
     "llama-2-7b lora q,v r8 bs2 torchtune",
     "tt-readme llama-3.2-3b full packed 4096 (optimization flags)",
     "qwen-1.8b lora seq 256",

@@ -53,7 +53,7 @@ def test_trace_without_torch_is_one_line_and_bad_input(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "settings, why",
     [
-        (dict(model="bert-base-uncased"), "transformers cannot be built for family 'bert'"),
+        (dict(model="resnet50"), "transformers cannot be built for family 'resnet'"),
         (dict(model="llama-2-7b", precision="nf4", lora=8), "nf4 weights are not traced"),
         (dict(model="llama-2-7b", mode="generate"), "generation is not traced"),
         (dict(model="llama-2-70b", world=8, sharding="zero3"), "zero3 over 8 ranks is not traced"),

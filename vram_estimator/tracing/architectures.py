@@ -56,6 +56,7 @@ _GPT2 = {
     "positions": "n_positions",
 }
 _FALCON = {k: v for k, v in _NEOX.items() if k != "ff"}
+_BERT = dict(_NEOX, positions="max_position_embeddings", type_vocab="type_vocab_size")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Build:
     fixed: Dict[str, Any] = field(default_factory=dict)  # keywords the family's published configs set
     # (keyword, our key, factor): keyword = factor x key, where the config does not set it
     derived: Tuple[Tuple[str, str, float], ...] = ()
+    labels: str = "tokens"  # what the step's loss takes: "tokens" (a language model), "class"
 
     def kwargs(self, config: Dict[str, Any]) -> Dict[str, Any]:
         """The config class's keywords for one of our stored configurations."""
@@ -113,6 +115,8 @@ BUILDS: Dict[str, Build] = {
         _FALCON,
         {"multi_query": True, "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
     ),
+    # encoders train with a task head: sequence classification, the Hugging Face fine-tuning default
+    "bert": Build("BertConfig", "BertForSequenceClassification", _BERT, labels="class"),
 }
 
 

@@ -74,8 +74,9 @@ def _refusal(s: Any) -> Optional[str]:
         return f"{s.precision} weights are not traced (bitsandbytes kernels need real tensors)"
     if s.train and s.optimizer not in OPTIMIZERS:
         return f"optimizer {s.optimizer} is not traced (traced: {', '.join(OPTIMIZERS[:-1])})"
-    if s.world > 1 and s.sharding != "ddp":
-        return f"{s.sharding} over {s.world} ranks is not traced (the trace runs one unsharded device)"
+    if s.sharding not in ("none", "ddp"):
+        ranks = f" over {s.world} ranks" if s.world > 1 else " on one rank"
+        return f"{s.sharding}{ranks} is not traced (the trace runs plain PyTorch on one device, or DDP)"
     if s.offload != "none":
         return "offloading is not traced"
     if s.lora and s.lora_impl != "peft":

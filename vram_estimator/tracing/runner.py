@@ -183,6 +183,13 @@ def _steady_state(model: torch.nn.Module, optimizer: Any, grads_persist: bool) -
         optimizer.zero_grad(set_to_none=True)
 
 
+def _labels(ids: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """The loss's targets: the tokens for a language model, one class per example otherwise."""
+    if build_for(plan.family).labels == "class":
+        return torch.zeros((ids.shape[0],), dtype=torch.long)
+    return ids
+
+
 def _phase_peak(mt: _Tracker) -> Dict[str, int]:
     """The breakdown at the largest total since the last call, and a fresh start for the next
     phase (``MemTracker`` keeps one peak for its whole context; it is reset between phases so
@@ -205,7 +212,7 @@ def _step(model: torch.nn.Module, optimizer: Any, ids: torch.Tensor, plan: Plan,
     )
     grad = contextlib.nullcontext() if plan.train else torch.no_grad()
     with grad, autocast:
-        out = model(input_ids=ids, labels=ids if plan.train else None)
+        out = model(input_ids=ids, labels=_labels(ids, plan) if plan.train else None)
     after["forward"] = _snapshot(mt.get_tracker_snapshot("current"))
     if not plan.train:
         peaks["forward"] = _phase_peak(mt)
