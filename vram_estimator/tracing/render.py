@@ -15,7 +15,7 @@ def _gib(x: float) -> str:
 
 def _diff(static: float, traced: float) -> str:
     if static <= 0:
-        return "–" if traced <= 0 else "new"
+        return "–" if traced < 2**20 else "new"
     return f"{(traced - static) / static * 100:+.0f} %"
 
 

@@ -94,11 +94,8 @@ def build_model(plan: Plan) -> torch.nn.Module:
     if (getattr(config, "pad_token_id", None) or 0) >= getattr(config, "vocab_size", 1 << 62):
         config.pad_token_id = None  # a config class's default pad id past a small vocabulary: no memory in it
     attention = "eager" if plan.attention == "eager" else "sdpa"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cls = getattr(transformers, build.model_class)
-        model = cls._from_config(config, attn_implementation=attention)
-    return model
+    cls = getattr(transformers, build.model_class)
+    return cls._from_config(config, attn_implementation=attention)
 
 
 def _already_there(to: Any):
@@ -242,7 +239,10 @@ def _snapshot(snap: Dict[Any, Dict[Any, int]]) -> Dict[str, int]:
 def trace(plan: Plan) -> Traced:
     """Build ``plan``'s model on fake tensors and run one step under ``MemTracker``."""
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, _ScalarDefaults(), _default_dtype(_DTYPES[plan.dtype]):
+    with warnings.catch_warnings(), fake, _ScalarDefaults(), _default_dtype(_DTYPES[plan.dtype]):
+        # the libraries' warnings (deprecations, ModTracker's skipped hooks for modules freed
+        # before backward) say nothing about the run's memory: not shown in the report
+        warnings.simplefilter("ignore")
         model = _prepare(plan)
         optimizer = _optimizer(model, plan) if plan.train else None
         _steady_state(model, optimizer, plan.grads_persist)
