@@ -53,6 +53,7 @@ def test_trace_without_torch_is_one_line_and_bad_input(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "settings, why",
     [
+        (dict(params="7B"), "the model is a parameter count"),
         (dict(model="resnet50"), "transformers cannot be built for family 'resnet'"),
         (dict(model="llama-2-7b", precision="nf4", lora=8), "nf4 weights are not traced"),
         (dict(model="llama-2-7b", mode="generate"), "generation is not traced"),

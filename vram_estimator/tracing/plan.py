@@ -63,6 +63,8 @@ class Traced:
 def _refusal(s: Any) -> Optional[str]:
     """Why the trace cannot reproduce this run, or None."""
     family = s.model.family.name
+    if not s.exact:
+        return "the model is a parameter count (params=...), not an architecture the trace can build"
     if build_for(family) is None:
         return (
             f"transformers cannot be built for family '{family}' by the trace "
