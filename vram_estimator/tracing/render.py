@@ -14,8 +14,10 @@ def _gib(x: float) -> str:
 
 
 def _diff(static: float, traced: float) -> str:
+    if max(static, traced) < 0.05 * GIB:  # both print as 0.0
+        return "–"
     if static <= 0:
-        return "–" if traced < 2**20 else "new"
+        return "new"
     return f"{(traced - static) / static * 100:+.0f} %"
 
 
