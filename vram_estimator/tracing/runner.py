@@ -1,6 +1,7 @@
 """One training (or inference) step of a transformers model built from its configuration on
 fake tensors, under PyTorch's own memory tracker.  Imports torch and transformers: reached only
-through :func:`vram_estimator.tracing.trace` when both are installed.
+through :func:`vram_estimator.tracing.compare.traced_estimate`, after
+:func:`vram_estimator.tracing.missing` found both installed.
 
 * The model is built inside ``FakeTensorMode`` with the run's default dtype: every tensor has a
   shape, dtype and storage size but no memory; nothing is downloaded.
@@ -36,8 +37,8 @@ class _ScalarDefaults(TorchDispatchMode):
     """Under fake tensors, a scalar read from a tensor (``.item()``, ``bool()``) has no value.
     A truth value reads False: the branch a real run takes for a layer-drop draw below its
     probability and the conservative one for a mask check (the mask is kept).  A number reads
-    1: an optimizer's step count at its first step (its bias correction divides by
-    ``1 - beta ** step``)."""
+    1: an optimizer's step count (its bias correction divides by ``1 - beta ** step``; any
+    positive count allocates the same bytes)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in _SCALAR_READS:
