@@ -91,7 +91,7 @@ def build_model(plan: Plan) -> torch.nn.Module:
 
     build = build_for(plan.family)
     config = getattr(transformers, build.config_class)(**build.kwargs(plan.config))
-    config.use_cache = False
+    config.use_cache = not plan.train  # a forward without labels returns its KV cache by default
     if (getattr(config, "pad_token_id", None) or 0) >= getattr(config, "vocab_size", 1 << 62):
         config.pad_token_id = None  # a config class's default pad id past a small vocabulary: no memory in it
     attention = "eager" if plan.attention == "eager" else "sdpa"
