@@ -12,7 +12,7 @@ over config files, which win over what is read from the script.  Every flag is c
 before anything is estimated: a bad value is one ``vram-estimate: error:`` line.
 
 ``--trace`` adds a traced estimate beside the static one (docs/vram.md, "Traced estimate");
-without torch and transformers it is one line and exit status 3.
+without torch and transformers it is one line and the bad-input exit status.
 
 Exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input (a flag, a ``# vram:``
 comment or a config value that is wrong; an unknown model or GPU), 4 no model named,
@@ -160,7 +160,7 @@ def _listing(inputs: List[str], fmt: str) -> Optional[str]:
 
 
 def _trace_possible() -> bool:
-    """``--trace`` without torch or transformers: one line, and the caller exits 3."""
+    """``--trace`` without torch or transformers: one line, and the caller exits with the bad-input status."""
     from .tracing import missing
 
     why = missing()
