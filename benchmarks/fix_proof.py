@@ -9,7 +9,10 @@ the proof promised (`analysis/fix_proof.py`):
   tensor, and nothing made from the container it is stored in reaches a backward, a loss,
   a call the analysis cannot see into, an object store or a return outside the file;
 - each `@torch.no_grad()` landed on a function whose computation, in the fixed file,
-  reaches no gradient consumer.
+  reaches no gradient consumer;
+- each unsafe fix (applied here too, as `tpf fix --unsafe-fixes` does) put its one call,
+  `sampler.set_epoch(epoch)` or `model.train()`, as the first statement of the loop the
+  finding names (the re-lint above shows the finding gone and nothing new).
 Counts: fixes applied, proposals the proof refused (findings of fixable rules whose fix
 text says why `tpf fix` leaves them), and any broken premise (a failure). The tests run
 the same check over the fixtures and examples (`tests/test_fix_property.py`), and over a
@@ -32,7 +35,8 @@ from flake8_torch_preflight.analysis.topics.fix_proof import (container_premise,
 from flake8_torch_preflight.engine import lint_source
 from flake8_torch_preflight.fixes import fix_source
 
-FIXABLE = ("TPF001", "TPF002", "TPF005", "TPF013")
+FIXABLE = ("TPF001", "TPF002", "TPF005", "TPF007", "TPF009", "TPF013")
+_LOOP_TOP = {"set_epoch": "set_epoch", "train_mode": "train"}
 _REFUSED = "(not applied by `tpf fix`:"
 
 
@@ -58,7 +62,7 @@ def check_source(source: str, path: str) -> FileReport:
             report.refused.append(f"{path}:{finding.line} {finding.code}:{why}")
     if not any(f.plan is not None for f in before):
         return report
-    result = fix_source(source, path, noqa=False)
+    result = fix_source(source, path, noqa=False, unsafe=True)
     if not result.fixed:
         return report
     report.applied = [f"{path}:{f.line} {f.code}" for f in result.fixed]
@@ -110,6 +114,8 @@ def _check_premises(report: FileReport, finding, original: FileAnalysis, fixed: 
         use = container_premise(fixed, store.key, returns_freed=_freed(original, store))
         if use is not None:
             report.failures.append(f"{where}: in the fixed file what `{store.target}` holds {use}")
+    elif plan.kind in _LOOP_TOP:
+        _check_loop_top(report, where, plan, fixed)
     elif plan.kind == "no_grad_decorator":
         func = next((f for f in fixed.index.functions if f.qualname == _qualname(original, plan.node)), None)
         if func is None or not func.no_grad_decorated:
@@ -118,6 +124,29 @@ def _check_premises(report: FileReport, finding, original: FileAnalysis, fixed: 
         why = function_premise(fixed, func)
         if why is not None:
             report.failures.append(f"{where}: in the fixed file {why}")
+
+
+def _check_loop_top(report: FileReport, where: str, plan, fixed: FileAnalysis) -> None:
+    """A loop with the planned loop's header (other fixes move lines) now opens with the
+    one call."""
+    method = _LOOP_TOP[plan.kind]
+    if not any(_header(n) == _header(plan.node) and _opens_with(n, plan.replacement, method)
+               for n in ast.walk(fixed.tree) if isinstance(n, (ast.For, ast.While))):
+        report.failures.append(f"{where}: the loop at line {plan.node.lineno} does not start "
+                               f"with `{ast.unparse(plan.replacement)}.{method}(...)`")
+
+
+def _header(loop: ast.AST) -> str:
+    if isinstance(loop, ast.For):
+        return f"for {ast.unparse(loop.target)} in {ast.unparse(loop.iter)}"
+    return f"while {ast.unparse(loop.test)}"
+
+
+def _opens_with(loop: ast.AST, receiver: ast.AST, method: str) -> bool:
+    first = loop.body[0]
+    call = first.value if isinstance(first, ast.Expr) else None
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+        and call.func.attr == method and ast.unparse(call.func.value) == ast.unparse(receiver)
 
 
 def _store_at(analysis: FileAnalysis, node: ast.AST):

@@ -61,7 +61,11 @@ def _check_config(config: Config, args) -> None:
     rules at once, a `select` with no TPF rule in it."""
     for warning in config.warnings:
         print(f"tpf: warning: {warning}", file=sys.stderr)
-    where = os.path.relpath(config.source) if config.source else "the configuration"
+
+    def where(option: str) -> str:
+        source = config.origin(option)
+        return os.path.relpath(source) if source else "the configuration"
+
     lists = [("select", config.select), ("ignore", config.ignore),
              ("extend-select", config.extend_select), ("extend-ignore", config.extend_ignore)]
     lists += [("per-file-ignores", codes) for _, codes in config.per_file_ignores]
@@ -69,7 +73,7 @@ def _check_config(config: Config, args) -> None:
         for code in codes or ():
             problem = _config_code_problem(code, config.plugin_codes)
             if problem:
-                raise UsageError(f"{problem} rule code {code!r} in {option} ({where}); "
+                raise UsageError(f"{problem} rule code {code!r} in {option} ({where(option)}); "
                                  f"run `tpf rules` for ours")
     if args.quiet:
         return
@@ -81,12 +85,12 @@ def _check_config(config: Config, args) -> None:
         for code in codes or ():
             off = [k for k in known if k.startswith(code)]
             if len(off) > 1:
-                print(f"tpf: warning: {option} = {code} in {where} switches off {len(off)} "
+                print(f"tpf: warning: {option} = {code} in {where(option)} switches off {len(off)} "
                       f"rules ({off[0]}..{off[-1]})", file=sys.stderr)
     selected = [*(config.select or []), *config.extend_select]
     if config.select is not None and args.select is None and args.extend_select is None \
             and not any(k.startswith(code) for code in selected for k in known):
-        print(f"tpf: warning: select in {where} selects no TPF rule; tpf checks nothing",
+        print(f"tpf: warning: select in {where('select')} selects no TPF rule; tpf checks nothing",
               file=sys.stderr)
 
 
@@ -115,6 +119,17 @@ def _validate_gpu(value: Optional[str]) -> None:
         raise UsageError(f"--vram-gpu {value[:64]}: {why}")
 
 
+def _unknown_rule(text: str) -> str:
+    """One line for `tpf explain` of a code or name no rule has, with the closest names."""
+    from .reporting import rule_docs
+
+    names = [doc.name for doc in rule_docs().values()]
+    close = difflib.get_close_matches(text.lower(), names, n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    kind = "code" if _CODE.match(text.upper()) else "name"
+    return f"unknown rule {kind} {text!r}{hint} (run `tpf rules`)"
+
+
 # ---------------------------------------------------------------------------- options
 
 def _code_list(text: str) -> List[str]:
@@ -138,8 +153,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend-select", type=_code_list, default=None)
     parser.add_argument("--extend-ignore", type=_code_list, default=None)
     parser.add_argument("--exclude", type=_path_list, help="patterns to skip (overrides config)")
-    parser.add_argument("--config", help="read this file's [flake8] section instead of discovering one")
-    parser.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    parser.add_argument("--config", help="read this file's [flake8] section (a .toml file: its "
+                        "[tool.flake8-torch-preflight] table) instead of discovering one")
+    parser.add_argument("--isolated", action="store_true",
+                        help="ignore every configuration file (setup.cfg, tox.ini, .flake8, "
+                             "pyproject.toml)")
     parser.add_argument("--disable-noqa", action="store_true", help="report lines with `# noqa` too")
     parser.add_argument("--notes", action="store_true", default=None,
                         help="also report notes (tuning advice; the code is correct); "
@@ -152,14 +170,20 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="name each file as it is checked")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tpf", description="Catch silent PyTorch training bugs from source.")
-    parser.add_argument("--version", action="version", version=f"tpf {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-
-    check = sub.add_parser("check", help="report findings")
+def _add_check(sub) -> None:
+    check = sub.add_parser("check", help="report findings",
+                           epilog="Configuration: [flake8] in setup.cfg/tox.ini/.flake8, and "
+                                  "[tool.flake8-torch-preflight] in pyproject.toml over it "
+                                  "key by key; the command line over both. Exit codes: 0 "
+                                  "nothing at or above --fail-on (or --exit-zero), 1 findings "
+                                  "or a file that could not be checked, 2 bad usage or "
+                                  "configuration.")
     _add_common(check)
-    check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    check.add_argument("--format", choices=("text", "json", "sarif", "github", "gitlab", "junit"),
+                       default="text",
+                       help="text (default), json, sarif (code scanning), github (annotations), "
+                            "gitlab (code quality report), junit (JUnit XML: a testcase per "
+                            "finding and per clean file)")
     check.add_argument("--fail-on", choices=(ERROR, WARNING, NOTE), default=WARNING,
                        help="lowest level that makes the exit code 1 (default: warning; "
                             "note implies --notes)")
@@ -181,12 +205,40 @@ def build_parser() -> argparse.ArgumentParser:
                             "project root); config: tpf-cache = false; env: TPF_NO_CACHE=1")
     check.add_argument("--statistics", action="store_true",
                        help="after the report, findings and # noqa suppressions per rule")
+    check.add_argument("--exit-zero", action="store_true",
+                       help="exit 0 even when findings are reported (a file that could not "
+                            "be checked still exits 1; bad usage still 2)")
+    check.add_argument("--show-source", action=argparse.BooleanOptionalAction, default=True,
+                       help="show each finding's source line with a caret (the default; "
+                            "--no-show-source leaves it out)")
 
-    fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013)")
+
+def _add_fix(sub) -> None:
+    fix = sub.add_parser("fix", help="apply the safe autofixes (TPF001, TPF002, TPF005, TPF013; "
+                                     "--unsafe-fixes adds TPF007, TPF009)",
+                         epilog="Each finding with an autofix that is not fixed is named on "
+                                "stderr with the reason; the summary counts them by reason. "
+                                "Exit codes: 0 done, 1 a file could not be fixed or written "
+                                "(with --diff: 1 when there is a diff), 2 bad usage.")
     _add_common(fix)
     fix.add_argument("--jobs", "-j", default="auto", help="worker processes (N or auto)")
     fix.add_argument("--diff", action="store_true",
                      help="print a unified diff (for git apply / patch -p1); change nothing")
+    fix.add_argument("--unsafe-fixes", action="store_true",
+                     help="also apply the unsafe fixes (TPF007 model.train(), TPF009 "
+                          "sampler.set_epoch(epoch)); review them")
+    fix.add_argument("--format", choices=("text", "json"), default="text",
+                     help="json: every finding with an autofix, applied or not and why, on "
+                          "stdout (not with --diff)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tpf", description="Catch silent PyTorch training bugs from source.")
+    parser.add_argument("--version", action="version", version=f"tpf {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    _add_check(sub)
+    _add_fix(sub)
 
     stats = sub.add_parser("stats", help="findings and # noqa suppressions per rule, and where")
     _add_common(stats)
@@ -197,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not read or write the cache across runs")
 
     explain = sub.add_parser("explain", help="show a rule's documentation")
-    explain.add_argument("code")
+    explain.add_argument("code", help="a rule code (TPF001) or name (retained-graph)")
     sub.add_parser("rules", help="list every rule")
     return parser
 
@@ -241,7 +293,7 @@ def _main(argv: List[str]) -> int:
         from .reporting import explain
         text = explain(args.code)
         if text is None:
-            raise UsageError(f"unknown rule code {args.code!r} (run `tpf rules`)")
+            raise UsageError(_unknown_rule(args.code))
         sys.stdout.write(text)
         return EXIT_CLEAN
     for option in ("select", "ignore", "extend_select", "extend_ignore"):
@@ -328,15 +380,18 @@ def _run(files: List[str], settings: Settings, args) -> List[FileResult]:
 
 def _items(results: Sequence[FileResult]):
     from . import reporting
-    from .fixes import is_fixable
+    from .fixes import applicability, is_fixable, not_available
 
     items, suppressed, errors = [], [], []
     for result in results:
         if result.problem:
             errors.append({"path": result.path, "message": f"{result.path}: {result.problem}"})
         for report in result.reports:
-            items.append(reporting.Item.from_report(result.path, report,
-                                                    is_fixable(report.finding)))
+            finding = report.finding
+            safety = applicability(finding.code)
+            reason = not_available(finding) if safety != "none" else None
+            items.append(reporting.Item.from_report(result.path, report, is_fixable(finding),
+                                                    safety, reason or ""))
         for report in result.suppressed:
             suppressed.append(reporting.Item.from_report(result.path, report))
     return items, suppressed, errors
@@ -353,20 +408,67 @@ def _check(files: List[str], settings: Settings, args) -> int:
     recorded = _load_baseline(args)
     results = _run(files, settings, args)
     items, suppressed, errors = _items(results)
+    if args.format == "sarif":
+        items = _with_fix_edits(items)
     for error in errors:
         print(f"tpf: error: {error['message']}", file=sys.stderr)
     absent: list = []
     if args.baseline:
         items, absent = _apply_baseline(items, results, recorded, args)
     shown = [i for i in items if i.baseline != "unchanged"]
-    text = _render(args, shown, items, absent, errors, len(results), suppressed)
+    text = _render(args, shown, items, absent, errors, [r.path for r in results], suppressed)
     _emit(text, output)
-    failing = reporting.at_or_above(shown, args.fail_on)
+    failing = reporting.at_or_above(shown, args.fail_on) and not args.exit_zero
     return EXIT_FINDINGS if failing or errors else EXIT_CLEAN
 
 
-def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
+def _with_fix_edits(items: List) -> List:
+    """Items whose fix `tpf fix` would apply, with the edit it makes (for SARIF `fixes`):
+    each fix worked out alone (LibCST runs once per fixable finding, and only here).
+    Notebooks and stdin are left out (their lines are not the file's)."""
+    from .fixes import fix_source
+    from .notebooks import is_notebook
+
+    sources = {}
+    out = []
+    for item in items:
+        if not item.fixable or item.path == "-" or is_notebook(item.path):
+            out.append(item)
+            continue
+        if item.path not in sources:
+            try:
+                sources[item.path] = decode_source(read_bytes(item.path))[0]
+            except (FileProblem, OSError):
+                sources[item.path] = None
+        source = sources[item.path]
+        wanted = (item.line, item.column, item.code)
+        result = fix_source(source, item.path, lambda f: (f.line, f.col + 1, f.code) == wanted,
+                            noqa=False, unsafe=True) if source is not None else None
+        edits = _line_edits(source, result.source) if result and result.fixed else ()
+        out.append(replace(item, fix_edits=edits))
+    return out
+
+
+def _line_edits(old: str, new: str) -> Tuple[Tuple[int, int, int, int, str], ...]:
+    """`new` as whole-line replacements in `old`: (start line, start column, end line, end
+    column, text), 1-based, the end exclusive."""
+    before, after = old.splitlines(True), new.splitlines(True)
+    edits = []
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        start = (a0 + 1, 1) if a0 < len(before) or not before else \
+            (a0, len(before[a0 - 1]) + 1)
+        end = (a1 + 1, 1) if a1 < len(before) or not before else (a1, len(before[a1 - 1]) + 1)
+        edits.append((*start, *end, "".join(after[b0:b1])))
+    return tuple(edits)
+
+
+def _render(args, shown, items, absent, errors, checked, suppressed) -> str:
     from . import reporting
+
+    file_count = len(checked)
 
     if args.format == "json":
         return reporting.render_json(items if args.baseline else shown, errors) + "\n"
@@ -374,6 +476,10 @@ def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
         return reporting.render_sarif(list(items) + list(absent), errors) + "\n"
     if args.format == "github":
         return reporting.render_github(shown, errors)
+    if args.format == "gitlab":
+        return reporting.render_gitlab(shown, errors) + "\n"
+    if args.format == "junit":
+        return reporting.render_junit(shown, errors, checked) + "\n"
     if args.quiet >= 2:
         return ""
     if args.quiet == 1:
@@ -382,7 +488,8 @@ def _render(args, shown, items, absent, errors, file_count, suppressed) -> str:
         stream = sys.stdout if not args.output_file else None
         colour = args.color == "always" or (args.color == "auto" and stream is not None
                                             and stream.isatty() and "NO_COLOR" not in os.environ)
-        text = reporting.render_terminal(shown, None, colour)
+        listed = shown if args.show_source else [replace(i, snippet="") for i in shown]
+        text = reporting.render_terminal(listed, None, colour)
         text += reporting.summary_line(shown, file_count, len(errors))
         if args.baseline:
             known = len(items) - len(shown)
@@ -482,6 +589,33 @@ def _stats(files: List[str], settings: Settings, args) -> int:
 
 # ---------------------------------------------------------------------------- fix
 
+@dataclass(frozen=True)
+class _Fate:
+    """What `tpf fix` did with one finding of a rule that has an autofix (plain data: it
+    comes back from a worker process)."""
+    place: str             # 12:5, or cell 3:line 2:5
+    line: int
+    column: int            # 1-based
+    code: str
+    message: str
+    fix: str               # the fix text (what the edit does)
+    applicability: str     # safe | unsafe
+    applied: bool
+    reason: Optional[str]  # why not, when not applied
+
+    def autofix(self) -> dict:
+        return {"applicability": self.applicability, "applied": self.applied,
+                "reason": self.reason}
+
+
+def _fate(place: str, finding, applied: bool, reason: Optional[str] = None,
+          line: int = 0, column: int = 0) -> _Fate:
+    from .fixes import applicability
+
+    return _Fate(place, line or finding.line, column or finding.col + 1, finding.code,
+                 finding.message, finding.fix, applicability(finding.code), applied, reason)
+
+
 @dataclass
 class _FixOutcome:
     """One file's fix, worked out (in a worker process under -j) before anything is written."""
@@ -491,7 +625,8 @@ class _FixOutcome:
     problem: Optional[str] = None
     data: Optional[bytes] = None
     new_data: Optional[bytes] = None
-    fixed: List[Tuple[str, str, str]] = field(default_factory=list)   # place, code, fix
+    fixed: List[_Fate] = field(default_factory=list)
+    not_fixed: List[_Fate] = field(default_factory=list)   # with an autofix, left, and why
     old_text: str = ""
     new_text: str = ""
     encoding: str = "utf-8"
@@ -504,7 +639,7 @@ def _fix_outcome(job) -> _FixOutcome:
     from .notebooks import is_notebook
     from .writing import Snapshot
 
-    path, root, name, settings = job
+    path, root, name, settings, unsafe = job
     outcome = _FixOutcome(path, root, name)
     try:
         status = None if path == "-" else os.stat(path)
@@ -512,9 +647,9 @@ def _fix_outcome(job) -> _FixOutcome:
         if status is not None:
             outcome.snapshot = Snapshot.of(status, outcome.data)
         fix = _fix_notebook if is_notebook(name) else _fix_python
-        new_data, fixed, outcome.old_text, outcome.new_text, outcome.encoding, *skipped = \
-            fix(name, outcome.data, settings)
-        outcome.skipped = list(skipped[0]) if skipped else []
+        new_data, fixed, outcome.old_text, outcome.new_text, outcome.encoding, skipped, \
+            outcome.not_fixed = fix(name, outcome.data, settings, unsafe)
+        outcome.skipped = list(skipped)
     except FileProblem as exc:
         outcome.problem = str(exc)
         return outcome
@@ -523,14 +658,14 @@ def _fix_outcome(job) -> _FixOutcome:
         return outcome
     if fixed:
         outcome.new_data = new_data
-        outcome.fixed = [(place, f.code, f.fix) for place, f in fixed]
+        outcome.fixed = fixed
     return outcome
 
 
 def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
     """Each file's outcome, in order; worked out by -j worker processes when asked."""
-    jobs = [(path, root, args.stdin_display_name if path == "-" else path, settings)
-            for path, root in files]
+    jobs = [(path, root, args.stdin_display_name if path == "-" else path, settings,
+             args.unsafe_fixes) for path, root in files]
     on_disk = [job for job in jobs if job[0] != "-"]
     workers = _jobs(args.jobs, len(on_disk))
     if workers > 1 and len(on_disk) > 1:
@@ -546,40 +681,98 @@ def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
 
 
 def _fix(files: List[Tuple[str, str]], settings: Settings, args) -> int:
-    problems = changed = fixed_total = 0
+    if args.format == "json" and (args.diff or any(path == "-" for path, _ in files)):
+        raise UsageError("tpf fix --format json writes its report on stdout: not with --diff "
+                         "or - (stdin)")
+    problems = changed = 0
+    fates: List[Tuple[str, _Fate]] = []
     for outcome in _fix_outcomes(files, settings, args):
-        for part in outcome.skipped:   # as tpf check reports it, and the run fails as there
-            print(f"tpf: error: {outcome.name}: {part}; skipped, left as it is", file=sys.stderr)
-            problems += 1
+        problems += _fix_problems(outcome)
         if outcome.problem is not None:
-            print(f"tpf: error: {outcome.name}: {outcome.problem}", file=sys.stderr)
-            problems += 1
-            if outcome.path == "-" and outcome.data is not None:
-                sys.stdout.buffer.write(outcome.data)   # stdin in, stdin out: unchanged
             continue
-        if outcome.path == "-":
-            sys.stdout.buffer.write(outcome.new_data if outcome.fixed else outcome.data)
-            sys.stdout.flush()
-        if not outcome.fixed:
-            continue
-        if args.diff:
-            sys.stdout.buffer.write(unified_diff(outcome.old_text, outcome.new_text,
-                                                 outcome.path, outcome.encoding))
-            sys.stdout.flush()
-        elif outcome.path != "-" and not _write_fixed(outcome):
-            problems += 1
-            continue
-        changed += 1
-        fixed_total += len(outcome.fixed)
-        if not args.diff:
-            _report_fixed(outcome.name, outcome.fixed, args)
+        applied, done, left = _settle(outcome, args)
+        problems += bool(outcome.fixed and not applied)
+        changed += bool(outcome.fixed and applied)
+        fates += [(outcome.name, f) for f in done + left]
+    if args.format == "json":
+        sys.stdout.write(_fix_json(fates) + "\n")
     if args.diff:
         return EXIT_FINDINGS if changed or problems else EXIT_CLEAN
     if files and args.quiet == 0:
-        count = len(files)
-        print(f"tpf: fixed {fixed_total} finding{'s' if fixed_total != 1 else ''} in "
-              f"{changed} of {count} file{'s' if count != 1 else ''}", file=sys.stderr)
+        print(f"tpf: {_fix_summary([f for _, f in fates], changed, len(files))}", file=sys.stderr)
     return EXIT_FINDINGS if problems else EXIT_CLEAN
+
+
+def _settle(outcome: _FixOutcome, args):
+    """Write (or print) one file's fixes and say so: (written, fixed, left) with the fixes
+    of a file that could not be written moved to `left`."""
+    if outcome.path == "-":
+        sys.stdout.buffer.write(outcome.new_data if outcome.fixed else outcome.data)
+        sys.stdout.flush()
+    applied = _apply_outcome(outcome, args)
+    left = list(outcome.not_fixed)
+    if not applied:   # written nowhere: every planned fix of the file is left
+        left += [replace(f, applied=False, reason="the file could not be written")
+                 for f in outcome.fixed]
+    done = outcome.fixed if applied else []
+    if not args.diff and args.format == "text":
+        _report_fixed(outcome.name, done, left, args)
+    return applied, done, left
+
+
+def _fix_problems(outcome: _FixOutcome) -> int:
+    """Print what kept a file (or a notebook cell) from being fixed; their count."""
+    for part in outcome.skipped:   # as tpf check reports it, and the run fails as there
+        print(f"tpf: error: {outcome.name}: {part}; skipped, left as it is", file=sys.stderr)
+    if outcome.problem is not None:
+        print(f"tpf: error: {outcome.name}: {outcome.problem}", file=sys.stderr)
+        if outcome.path == "-" and outcome.data is not None:
+            sys.stdout.buffer.write(outcome.data)   # stdin in, stdin out: unchanged
+    return len(outcome.skipped) + (outcome.problem is not None)
+
+
+def _apply_outcome(outcome: _FixOutcome, args) -> bool:
+    """Print the diff or write the fixed file; False when it could not be written."""
+    if not outcome.fixed:
+        return True
+    if args.diff:
+        sys.stdout.buffer.write(unified_diff(outcome.old_text, outcome.new_text,
+                                             outcome.path, outcome.encoding))
+        sys.stdout.flush()
+        return True
+    return outcome.path == "-" or _write_fixed(outcome)
+
+
+def _fix_summary(fates: Sequence[_Fate], changed: int, files: int) -> str:
+    """`fixed 1 of 3 findings with an autofix in 1 of 2 files; 2 not fixed: 1 unsafe
+    (apply with --unsafe-fixes), 1 not proven safe here`."""
+    from collections import Counter
+
+    from .fixes import reason_group
+
+    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
+    applied = sum(1 for f in fates if f.applied)
+    text = (f"fixed {applied} of {plural(len(fates), 'finding')} with an autofix in "
+            f"{changed} of {plural(files, 'file')}")
+    groups = Counter(reason_group(f.reason or "") for f in fates if not f.applied)
+    if groups:
+        text += f"; {len(fates) - applied} not fixed: " + ", ".join(
+            f"{count} {group}" for group, count in groups.most_common())
+    return text
+
+
+def _fix_json(fates: Sequence[Tuple[str, _Fate]]) -> str:
+    import json
+
+    from .reporting import TOOL_NAME
+
+    findings = [{"path": name, "line": f.line, "column": f.column, "place": f.place,
+                 "code": f.code, "message": f.message, "autofix": f.autofix()}
+                for name, f in fates]
+    applied = sum(1 for _, f in fates if f.applied)
+    summary = {"fixed": applied, "with_autofix": len(fates), "not_fixed": len(fates) - applied}
+    return json.dumps({"tool": TOOL_NAME, "version": __version__, "findings": findings,
+                       "summary": summary}, indent=2, ensure_ascii=False)
 
 
 def _write_fixed(outcome: _FixOutcome) -> bool:
@@ -594,44 +787,49 @@ def _write_fixed(outcome: _FixOutcome) -> bool:
     return True
 
 
-def _report_fixed(name: str, fixed, args) -> None:
+def _report_fixed(name: str, fixed: Sequence[_Fate], left: Sequence[_Fate], args) -> None:
     if args.quiet:
         return
-    for place, code, fix in fixed:
-        print(f"{name}:{place}: fixed {code} ({fix})", file=sys.stderr)
+    for fate in fixed:
+        print(f"{name}:{fate.place}: fixed {fate.code} ({fate.fix})", file=sys.stderr)
+    for fate in left:
+        print(f"{name}:{fate.place}: not fixed {fate.code} ({fate.applicability} fix): "
+              f"{fate.reason}", file=sys.stderr)
 
 
-def _fix_python(path: str, data: bytes, settings: Settings):
-    """(new bytes, [(place, finding)], old text, new text, encoding)."""
+def _fix_python(path: str, data: bytes, settings: Settings, unsafe: bool = False):
+    """(new bytes, [fixed _Fate], old text, new text, encoding, [], [not fixed _Fate])."""
     from .fixes import fix_source
 
     source, encoding = decode_source(data)
     parse_source(source, path)
     lines = source.splitlines(True)
     if not settings.disable_noqa and NoqaMap(lines).skip_file():
-        return data, [], source, source, encoding
+        return data, [], source, source, encoding, [], []
     # the predicate already applies `# noqa` (and --disable-noqa): not tokenized twice
-    result = fix_source(source, path, keep_predicate(settings, path, lines), noqa=False)
+    result = fix_source(source, path, keep_predicate(settings, path, lines), noqa=False,
+                        unsafe=unsafe)
+    left = [_fate(f"{f.line}:{f.col + 1}", f, False, why) for f, why in result.skipped]
     if not result.changed:
-        return data, [], source, source, encoding
-    fixed = [(f"{f.line}:{f.col + 1}", f) for f in result.fixed]
+        return data, [], source, source, encoding, [], left
+    fixed = [_fate(f"{f.line}:{f.col + 1}", f, True) for f in result.fixed]
     # the codec named by a BOM (utf-8-sig) or coding cookie writes the file back as it was
-    return result.source.encode(encoding), fixed, source, result.source, encoding
+    return result.source.encode(encoding), fixed, source, result.source, encoding, [], left
 
 
-def _fix_notebook(path: str, data: bytes, settings: Settings):
+def _fix_notebook(path: str, data: bytes, settings: Settings, unsafe: bool = False):
     from .fixes import fix_source
     from .notebooks import NotebookProblem, read_notebook, rewrite_sources, split_fixed_module
 
     try:
         notebook = read_notebook(path, data)
         if not notebook.cells:
-            return data, [], "", "", "utf-8", []
+            return data, [], "", "", "utf-8", [], []
         if not notebook.writable:
             raise NotebookProblem("tpf fix writes nbformat 4 notebooks only; convert it first")
         lines = notebook.module.splitlines(True)
         if not settings.disable_noqa and NoqaMap(lines).skip_file():
-            return data, [], "", "", "utf-8", []
+            return data, [], "", "", "utf-8", [], []
         keep = keep_predicate(settings, path, lines)
         broken = {c.number for c in notebook.cells if not c.parses}
 
@@ -639,20 +837,26 @@ def _fix_notebook(path: str, data: bytes, settings: Settings):
             place = notebook.place(finding.line)
             return keep(finding) and place is not None and place[0] not in broken
 
-        result = fix_source(notebook.module, path, keep_fixable, noqa=False)   # keep has it
+        result = fix_source(notebook.module, path, keep_fixable, noqa=False,   # keep has it
+                            unsafe=unsafe)
+        left = [_cell_fate(notebook, f, False, why) for f, why in result.skipped]
         if not result.changed:
-            return data, [], "", "", "utf-8", notebook.problems
+            return data, [], "", "", "utf-8", notebook.problems, left
         new_text = rewrite_sources(notebook, split_fixed_module(notebook, result.source))
     except NotebookProblem as exc:
         raise FileProblem(str(exc)) from None
-    fixed = []
-    for finding in result.fixed:
-        cell, line = notebook.place(finding.line) or (0, 0)
-        fixed.append((f"cell {cell}:line {line}:{finding.col + 1}", finding))
+    fixed = [_cell_fate(notebook, finding, True) for finding in result.fixed]
     bom = data.startswith(b"\xef\xbb\xbf")
     encoding = "utf-8-sig" if bom else "utf-8"
     return new_text.encode(encoding), fixed, notebook.text, new_text, encoding, \
-        notebook.problems
+        notebook.problems, left
+
+
+def _cell_fate(notebook, finding, applied: bool, reason: Optional[str] = None) -> _Fate:
+    """A notebook finding's fate, placed in its cell (line and column: in the cell)."""
+    cell, line = notebook.place(finding.line) or (0, 0)
+    return _fate(f"cell {cell}:line {line}:{finding.col + 1}", finding, applied, reason,
+                 line=line or finding.line)
 
 
 def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> bytes:

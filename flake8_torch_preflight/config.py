@@ -22,7 +22,8 @@ forever); an explicit `--config` file that cannot be read is an error naming why
 
 Keys used by `tpf`: select, extend-select, ignore, extend-ignore, per-file-ignores, exclude,
 extend-exclude, filename, disable-noqa, vram-gpu, tpf-notes, tpf-cache / tpf-no-cache.
-Command-line options override the file.
+Command-line options override the file. The `[tool.flake8-torch-preflight]` table of
+pyproject.toml, which flake8 cannot read, overrides `[flake8]` key by key (`pyproject.py`).
 """
 from __future__ import annotations
 
@@ -57,10 +58,34 @@ class Config:
     source: Optional[str] = None        # the file the values came from
     plugin_codes: List[str] = field(default_factory=list)   # installed checkers' prefixes
     warnings: List[str] = field(default_factory=list)       # config files flake8 skipped
+    # `[tool.flake8-torch-preflight]` of pyproject.toml (`pyproject.py`): where, and its keys
+    toml_source: Optional[str] = None
+    toml_keys: List[str] = field(default_factory=list)
+
+    def origin(self, key: str) -> Optional[str]:
+        """The file the value of `key` (`select`, `per-file-ignores`) came from."""
+        return self.toml_source if key in self.toml_keys else self.source
 
 
 def load_config(explicit: Optional[str] = None, isolated: bool = False) -> Config:
-    """The configuration flake8 would use from the current directory (or `explicit`)."""
+    """The configuration flake8 would use from the current directory (or `explicit`), with
+    the `[tool.flake8-torch-preflight]` table of pyproject.toml over it (`pyproject.py`)."""
+    from .pyproject import apply_table, find_pyproject
+
+    if isolated:
+        return _load_flake8_config(None, True)
+    if explicit is not None and explicit.endswith(".toml"):
+        problem = _unreadable(explicit) if os.path.lexists(explicit) else "it does not exist"
+        if problem:
+            raise ConfigError(f"{explicit}: cannot read the configuration ({problem})")
+        return apply_table(_load_flake8_config(None, True), explicit)
+    config = _load_flake8_config(explicit, False)
+    toml = find_pyproject(".") if explicit is None else None
+    return apply_table(config, toml) if toml else config
+
+
+def _load_flake8_config(explicit: Optional[str], isolated: bool) -> Config:
+    """The `[flake8]` configuration flake8 would use (none when `isolated`)."""
     argv: List[str] = ["--isolated"] if isolated else []
     source, warnings = None, []
     if explicit is not None and not isolated:

@@ -7,6 +7,19 @@ from typing import Optional
 
 ERROR, WARNING, NOTE = "error", "warning", "note"
 SEVERITY_ORDER = {NOTE: 0, WARNING: 1, ERROR: 2}
+# A fixable rule that proves no fix at a site says why at the end of the fix text; the
+# reason is read back from there (`refusal`), so it survives the cache and flake8's text.
+_NOT_APPLIED = " (not applied by `tpf fix`: "
+
+
+def with_refusal(fix: str, reason: str) -> str:
+    return f"{fix}{_NOT_APPLIED}{reason})"
+
+
+def refusal(fix: str) -> Optional[str]:
+    """The reason `with_refusal` put at the end of a fix text, or None."""
+    head, sep, tail = fix.rpartition(_NOT_APPLIED)
+    return tail[:-1] if sep and tail.endswith(")") else None
 
 
 @dataclass(frozen=True)
@@ -16,7 +29,7 @@ class FixPlan:
     that replace one expression by another, the replacement's node. A rule attaches a plan
     only when it has proven the edit safe for the code it lands on."""
 
-    kind: str                              # detach | no_grad_decorator | unwrap | pin_memory
+    kind: str   # detach | no_grad_decorator | unwrap | pin_memory | set_epoch | train_mode
     node: ast.AST
     replacement: Optional[ast.AST] = None
 

@@ -1,4 +1,5 @@
-"""Renderers shared by the `tpf` CLI and the flake8 formatters: terminal, JSON, SARIF, GitHub.
+"""Renderers shared by the `tpf` CLI and the flake8 formatters: terminal, JSON, SARIF, GitHub,
+GitLab code quality, JUnit XML.
 
 Everything renders `Item`s: one reported problem with a 1-based line and column (the way
 flake8 and editors show them). A `Finding` from the engine keeps its parts (what, evidence,
@@ -6,9 +7,11 @@ fix); a flake8 `Violation` only has its text, which is enough for every format.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -54,6 +57,12 @@ class Item:
     snippet: str = field(default="", compare=False)   # the source line, for the terminal
     fingerprint: str = ""      # set when a baseline is in use
     baseline: str = ""         # new | unchanged | absent, when a baseline is in use
+    # tpf check only (a flake8 violation does not know): the rule's autofix (safe, unsafe,
+    # none), why `tpf fix` will not try this one, and the fix as text edits for SARIF:
+    # (start line, start column, end line, end column, inserted text), 1-based
+    fix_safety: str = ""
+    fix_reason: str = ""
+    fix_edits: Tuple[Tuple[int, int, int, int, str], ...] = field(default=(), compare=False)
 
     @classmethod
     def from_finding(cls, path: str, finding: Finding, fixable: bool = False) -> "Item":
@@ -62,13 +71,15 @@ class Item:
                    finding.what, finding.evidence, finding.fix, fixable)
 
     @classmethod
-    def from_report(cls, path: str, report, fixable: bool = False) -> "Item":
+    def from_report(cls, path: str, report, fixable: bool = False, fix_safety: str = "",
+                    fix_reason: str = "") -> "Item":
         """From a placed `checking.Report` (a notebook finding carries its cell)."""
         f = report.finding
         return cls(path, report.line, report.column, f.code, f.severity,
                    message_text(f.what, f.evidence, f.fix), f.what,
                    f.evidence, f.fix, fixable, report.cell, report.cell_line,
-                   report.cell_column, report.snippet)
+                   report.cell_column, report.snippet, fix_safety=fix_safety,
+                   fix_reason=fix_reason)
 
     @property
     def place(self) -> str:
@@ -151,8 +162,18 @@ def rule_docs() -> Dict[str, RuleDoc]:
     return _DOCS
 
 
+def find_rule(code_or_name: str) -> Optional[RuleDoc]:
+    """A rule by its code (`TPF001`, any case) or its name (`retained-graph`)."""
+    docs = rule_docs()
+    wanted = code_or_name.strip()
+    doc = docs.get(wanted.upper())
+    if doc is None:
+        doc = next((d for d in docs.values() if d.name == wanted.lower()), None)
+    return doc
+
+
 def explain(code: str) -> Optional[str]:
-    doc = rule_docs().get(code.upper())
+    doc = find_rule(code)
     if doc is None:
         return None
     safety = doc.fix_safety or "none"
@@ -207,7 +228,8 @@ def render_terminal(items: Sequence[Item], sources: Optional[Mapping[str, Sequen
         if item.evidence:
             out.append(f"  = evidence: {item.evidence}")
         if item.fix:
-            suffix = paint("  [tpf fix]", _DIM) if item.fixable else ""
+            command = "tpf fix --unsafe-fixes" if item.fix_safety == "unsafe" else "tpf fix"
+            suffix = paint(f"  [{command}]", _DIM) if item.fixable else ""
             out.append(f"  = fix: {item.fix}{suffix}")
         out.append("")
     return "\n".join(out)
@@ -227,9 +249,12 @@ def summary_line(items: Sequence[Item], files: int, problems: int = 0) -> str:
         parts = ", ".join(plural(counts[level], level) for level in (ERROR, WARNING, NOTE)
                           if counts[level])
         text = f"Found {plural(len(items), 'finding')} ({parts}) in {plural(files, 'file')}."
-        fixable = sum(1 for i in items if i.fixable)
+        fixable = sum(1 for i in items if i.fixable and i.fix_safety != "unsafe")
+        unsafe = sum(1 for i in items if i.fixable and i.fix_safety == "unsafe")
         if fixable:
             text += f" {fixable} fixable with `tpf fix`."
+        if unsafe:
+            text += f" {unsafe} more with `tpf fix --unsafe-fixes`."
     if problems:
         text += f" {plural(problems, 'file')} could not be checked."
     return text
@@ -244,6 +269,9 @@ def item_dict(item: Item) -> dict:
         data.update(cell=item.cell, cell_line=item.cell_line, cell_column=item.cell_column)
     if item.what:
         data.update(what=item.what, evidence=item.evidence, fix=item.fix, fixable=item.fixable)
+    if item.fix_safety:
+        data["autofix"] = {"applicability": item.fix_safety, "available": item.fixable,
+                           "reason": item.fix_reason or None}
     if item.baseline:
         data.update(baseline=item.baseline, fingerprint=item.fingerprint)
     return data
@@ -348,11 +376,30 @@ def _sarif_result(item: Item, rule_index: int) -> dict:
                                 "cellColumn": item.cell_column}
     result["message"] = {"text": text}
     result["locations"] = [location]
+    if item.fix_safety:
+        result.setdefault("properties", {})["fixSafety"] = item.fix_safety
+        if item.fix_reason:
+            result["properties"]["fixNotAvailable"] = item.fix_reason
+    if item.fix_edits:
+        result["fixes"] = [_sarif_fix(item)]
     if item.fingerprint:
         result["partialFingerprints"] = {"tpfStatement/v1": item.fingerprint}
     if item.baseline:
         result["baselineState"] = item.baseline
     return result
+
+
+def _sarif_fix(item: Item) -> dict:
+    """The fix `tpf fix` would apply (with `--unsafe-fixes` for an unsafe one) as SARIF
+    replacements of whole lines."""
+    replacements = [{"deletedRegion": {"startLine": l0, "startColumn": c0, "endLine": l1,
+                                       "endColumn": c1},
+                     "insertedContent": {"text": text}}
+                    for l0, c0, l1, c1, text in item.fix_edits]
+    return {"description": {"text": f"{item.fix} ({item.fix_safety} fix)"},
+            "artifactChanges": [{"artifactLocation": {"uri": _uri(item.path),
+                                                      "uriBaseId": "%SRCROOT%"},
+                                 "replacements": replacements}]}
 
 
 def _srcroot() -> str:
@@ -399,6 +446,74 @@ def render_github(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = (
         out.append(f"::error file={_escape_property(_github_path(error['path']))},title=tpf::"
                    f"{_escape_data(error['message'])}")
     return "\n".join(out) + ("\n" if out else "")
+
+
+# ---------------------------------------------------------------------------- gitlab
+
+_GITLAB_SEVERITY = {ERROR: "critical", WARNING: "major", NOTE: "info"}
+
+
+def render_gitlab(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = ()) -> str:
+    """GitLab code quality (a JSON array of issues; `artifacts: reports: codequality`).
+    Required fields: description, check_name, fingerprint, severity, location.path,
+    location.lines.begin. The fingerprint is the path, the code and the message with its
+    numbers blanked (a finding that moves keeps it), plus its rank among equal ones."""
+    issues, seen = [], Counter()
+    for item in items:
+        path = _github_path(item.path)
+        key = (path, item.code, re.sub(r"\d+", "N", item.what or item.text))
+        seen[key] += 1
+        issues.append(_gitlab_issue(item.message, item.code, key, seen[key],
+                                    _GITLAB_SEVERITY.get(item.severity, "major"), path,
+                                    max(item.line, 1)))
+    for error in errors:
+        path = _github_path(error["path"])
+        issues.append(_gitlab_issue(error["message"], "tpf-unchecked", (path,), 1, "blocker",
+                                    path, 1))
+    return json.dumps(issues, indent=2, ensure_ascii=False)
+
+
+def _gitlab_issue(description: str, check: str, key: tuple, rank: int, severity: str,
+                  path: str, line: int) -> dict:
+    digest = hashlib.sha256(json.dumps([*key, rank]).encode("utf-8")).hexdigest()
+    return {"type": "issue", "description": description, "check_name": check,
+            "fingerprint": digest, "severity": severity,
+            "location": {"path": path, "lines": {"begin": line}}}
+
+
+# ---------------------------------------------------------------------------- junit
+
+def render_junit(items: Sequence[Item], errors: Sequence[Mapping[str, str]] = (),
+                 checked: Sequence[str] = ()) -> str:
+    """JUnit XML: one testcase per finding (a failure), one per file that could not be
+    checked (an error), and one passing testcase per checked file without findings, so a
+    CI test view counts what was checked."""
+    from xml.etree import ElementTree as ET
+
+    suite = ET.Element("testsuite", name=TOOL_NAME)
+    for item in items:
+        path = _github_path(item.path)
+        case = ET.SubElement(suite, "testcase", name=f"{item.code} {item.place}",
+                             classname=path, file=path, line=str(item.line))
+        failure = ET.SubElement(case, "failure", message=item.message, type=item.severity)
+        failure.text = "\n".join(part for part in (
+            f"{item.place}: {item.code} [{item.severity}] {item.what or item.text}",
+            item.evidence and f"evidence: {item.evidence}",
+            item.fix and f"fix: {item.fix}") if part)
+    failed = {_github_path(e["path"]) for e in errors}
+    for error in errors:
+        path = _github_path(error["path"])
+        case = ET.SubElement(suite, "testcase", name=path, classname=path, file=path)
+        ET.SubElement(case, "error", message=error["message"], type="unchecked")
+    with_findings = {_github_path(i.path) for i in items}
+    for path in sorted({_github_path(p) for p in checked} - with_findings - failed):
+        ET.SubElement(suite, "testcase", name=path, classname=path, file=path)
+    suite.set("tests", str(len(suite)))
+    suite.set("failures", str(len(items)))
+    suite.set("errors", str(len(errors)))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return "<?xml version='1.0' encoding='utf-8'?>\n" + ET.tostring(root, encoding="unicode")
 
 
 def sort_items(items: Iterable[Item]) -> List[Item]:

@@ -49,8 +49,8 @@ def test_an_edit_made_while_fix_runs_is_kept(tmp_path, monkeypatch, capsys):
     path.write_text(LEAKY)
     real_fix = cli._fix_python
 
-    def fix_while_the_user_saves(name, data, settings):
-        outcome = real_fix(name, data, settings)
+    def fix_while_the_user_saves(name, data, settings, *options):
+        outcome = real_fix(name, data, settings, *options)
         path.write_text(LEAKY + "# the user's edit\n")
         return outcome
 
@@ -134,7 +134,7 @@ def test_fix_jobs_matches_one_job(tmp_path):
     result = run(["fix", "--isolated", "-j", "2", "."], tmp_path)
     assert result.returncode == 0, result.stderr
     assert all(FIXED_LINE in (tmp_path / f"{n}.py").read_text() for n in "abcd")
-    assert "tpf: fixed 4 findings in 4 of 4 files" in result.stderr
+    assert "tpf: fixed 4 of 4 findings with an autofix in 4 of 4 files" in result.stderr
     assert run(["fix", "--isolated", "-j", "0", "."], tmp_path).returncode == 2
 
 

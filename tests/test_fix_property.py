@@ -59,3 +59,12 @@ def test_every_fix_on_the_corpus_keeps_its_proof():
     print(f"corpus: {len(totals['applied'])} fixes applied, {len(totals['refused'])} refused "
           f"by the proof")
     assert not totals["failures"], "\n".join(totals["failures"][:20])
+
+
+def test_the_unsafe_fixes_are_applied_and_keep_their_proof():
+    """`tpf fix --unsafe-fixes` (TPF007 `model.train()`, TPF009 `sampler.set_epoch(epoch)`,
+    each the loop's first statement): applied on the rules' positive fixtures, each proven
+    in the fixed file, and for the others the finding says why not."""
+    totals = check_files(python_files([ROOT / "fixtures" / "TPF007", ROOT / "fixtures" / "TPF009"]))
+    applied = {entry.rsplit(" ", 1)[1] for entry in totals["applied"]}
+    assert {"TPF007", "TPF009"} <= applied and not totals["failures"], totals["failures"]

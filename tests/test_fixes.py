@@ -23,6 +23,7 @@ CASES = sorted(p for p in FIXES.glob("*.py") if not p.name.endswith(".fixed.py")
 
 
 FIXABLE = ("TPF001", "TPF002", "TPF005", "TPF013")
+UNSAFE = ("TPF007", "TPF009")   # applied only with unsafe=True (`tpf fix --unsafe-fixes`)
 
 
 def _code(path: Path) -> str:
@@ -44,10 +45,13 @@ def test_fixture_pair(case):
         return _check_multi(case)
     source = case.read_text()
     expected = case.with_name(case.stem + ".fixed.py").read_text()
-    result = fix_source(source, str(case))
+    unsafe = code in UNSAFE
+    if unsafe:   # never without the flag
+        assert fix_source(source, str(case)).source == source
+    result = fix_source(source, str(case), unsafe=unsafe)
     assert result.source == expected
     ast.parse(result.source)
-    assert fix_source(result.source, str(case)).source == result.source   # idempotent
+    assert fix_source(result.source, str(case), unsafe=unsafe).source == result.source  # idempotent
     before = Counter(f.code for f in lint_source(source, str(case)))
     after = Counter(f.code for f in lint_source(result.source, str(case)))
     assert after[code] == before[code] - sum(1 for f in result.fixed if f.code == code)

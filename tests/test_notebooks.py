@@ -125,7 +125,8 @@ def test_json_sarif_github_regions(notebook):
     [result] = [r for r in sarif["runs"][0]["results"] if r["ruleId"] == "TPF001"]
     region = result["locations"][0]["physicalLocation"]["region"]
     assert (region["startLine"], region["startColumn"]) == (finding["line"], finding["column"])
-    assert result["properties"] == {"cell": 3, "cellLine": 6, "cellColumn": 5}
+    assert result["properties"] == {"cell": 3, "cellLine": 6, "cellColumn": 5,
+                                    "fixSafety": "safe"}
     assert result["locations"][0]["logicalLocations"][0]["name"] == "cell 3"
     assert result["message"]["text"].startswith("cell 3, line 6: ")
     github = run(["check", "--isolated", "--format", "github", "train.ipynb"], notebook.parent)

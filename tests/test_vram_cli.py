@@ -11,7 +11,7 @@ HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "vram")
 def test_script_report(capsys):
     rc = main([os.path.join(HERE, "oom_full_finetune.py"), "--gpu", "h100-sxm"])
     out = capsys.readouterr().out
-    assert rc == 2
+    assert rc == 6
     for needle in (
         "verdict: OOM",
         "usable",
@@ -84,12 +84,12 @@ def test_lists(capsys):
 
 
 def test_bad_input_exit_codes(capsys):
-    assert main(["--model", "llama-3-8b", "--gpu", "a100-90gb"]) == 3
+    assert main(["--model", "llama-3-8b", "--gpu", "a100-90gb"]) == 2
     err = capsys.readouterr().err
     assert "unknown GPU" in err and "a100-80gb" in err  # with a suggestion
     assert main(["/nonexistent/x.py"]) == 5
     assert "cannot read /nonexistent/x.py" in capsys.readouterr().err
-    assert main([os.path.join(HERE, "malformed.py")]) == 3
+    assert main([os.path.join(HERE, "malformed.py")]) == 2
     out = capsys.readouterr().out
     assert "TPF102 line 2" in out and "verdict" not in out  # no report built on a wrong value
 
@@ -97,7 +97,7 @@ def test_bad_input_exit_codes(capsys):
 def test_nothing_fits(capsys):
     rc = main(["--model", "llama-3.1-405b", "--gpu", "t4", "--batch", "1", "--seq", "512"])
     out = capsys.readouterr().out
-    assert rc == 2 and "nothing here fits this card" in out
+    assert rc == 6 and "nothing here fits this card" in out
 
 
 # --------------------------------------------------------------------------- bad input (issues 10 and 11)
@@ -126,10 +126,10 @@ BIG = "9" * 400
         (["--no-such-flag"], "unrecognized"),
     ],
 )
-def test_bad_flags_are_one_error_line_exit_3_and_no_report(capsys, flags, needle):
+def test_bad_flags_are_one_error_line_exit_2_and_no_report(capsys, flags, needle):
     rc = main(["--model", "llama-3-8b", *flags] if "--model" not in flags else flags)
     out, err = capsys.readouterr()
-    assert rc == 3 and out == ""
+    assert rc == 2 and out == ""
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1 and needle in errors[0] and "Traceback" not in err
 
@@ -144,7 +144,7 @@ def test_bom_file_is_read_not_dropped(tmp_path, capsys):
     src = "\ufeff# vram: gpu=t4\nfrom transformers import AutoModelForCausalLM\n" \
           "m = AutoModelForCausalLM.from_pretrained('gpt2')\nbatch_size = 512\nloss.backward()\n"
     p = write(tmp_path, "bom.py", src.encode("utf-8"))
-    assert main([p, "--format", "json"]) == 2
+    assert main([p, "--format", "json"]) == 6
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["batch"]["value"] == 512 and doc["verdict"] == "oom"
 
@@ -211,7 +211,7 @@ def test_hostile_constant_folding_files_finish(tmp_path, capsys):
 
 def test_huge_comment_number_is_tpf102(tmp_path, capsys):
     p = write(tmp_path, "c.py", ("# vram: gpu=t4 model=gpt2 batch=" + BIG + "\n").encode())
-    assert main([p]) == 3
+    assert main([p]) == 2
     out = capsys.readouterr().out
     assert "too large" in out and "OverflowError" not in out and "verdict" not in out
 
@@ -219,7 +219,7 @@ def test_huge_comment_number_is_tpf102(tmp_path, capsys):
 def test_exit_codes_are_documented():
     from vram_estimator import cli
 
-    for words in ("0 fits", "1 tight", "2 oom", "3 bad input", "4 no model", "5 unreadable"):
+    for words in ("0 fits", "1 tight", "2 bad usage", "4 no model", "5 unreadable", "6 oom"):
         assert words in cli._parser().epilog
 
 

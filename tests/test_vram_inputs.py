@@ -288,7 +288,7 @@ def test_unknown_model_says_where_it_looked_and_how_to_fix(tmp_path, monkeypatch
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     script = tmp_path / "t.py"
     script.write_text(SCRIPT.format(ident="acme/not-here-9"))
-    assert main([str(script)]) == 3
+    assert main([str(script)]) == 2
     out = capsys.readouterr().out
     assert "unknown model 'acme/not-here-9'" in out and "models--acme--not-here-9" in out
     assert "huggingface-cli download acme/not-here-9 config.json" in out and "params=7B" in out

@@ -210,7 +210,8 @@ optimizer:
 def test_litgpt_yaml_with_two_devices_is_fsdp_with_per_block_checkpointing(tmp_path):
     path = write(tmp_path, "lora.yaml", LITGPT_YAML.format(quantize="null", devices=2))
     s = settings(estimate_configs([path]))
-    assert s["world"].value == 2 and s["sharding"].value == "fsdp2" and s["checkpointing"].value == "on"
+    assert s["world"].value == 2 and s["sharding"].value == "fsdp" and s["checkpointing"].value == "on"
+    assert s["fsdp_units"].value == "litgpt"  # FSDP1 Block units up to litgpt 0.5.4, FSDP2 after
     assert "devices > 1 (litgpt's launcher)" in s["sharding"].source
     assert s["grad_accum"].value == 4 and s["optimizer"].value == "adamw"
 
@@ -416,11 +417,11 @@ def test_litgpt_config_from_name():
 
 def test_an_unknown_name_is_one_line_with_the_closest_models(capsys):
     src = "from transformers import AutoModelForCausalLM\n" \
-          "m = AutoModelForCausalLM.from_pretrained('stabilityai/stablelm-base-alpha-3b')\n"
+          "m = AutoModelForCausalLM.from_pretrained('stabilityai/stablelm-3b-4e1t')\n"
     r = estimate_source(src, "t.py")
     assert r.estimate is None and len(r.errors) == 1
     message = r.errors[0].message
-    assert "closest built-in: llama-3.2-3b" in message and "params=" in message and "config.json" in message
+    assert "closest built-in: smollm3-3b" in message and "params=" in message and "config.json" in message
     assert closest_models("unsloth/mistral-7b-v0.3-bnb-4bit")[0] == "mistral-7b"
 
 

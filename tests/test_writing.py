@@ -130,7 +130,7 @@ def test_fix_stdin_keeps_latin1_and_counts_the_fix(tmp_path):
     out = run(["fix", "--isolated", "--stdin-display-name", "t.py", "-"], tmp_path, stdin=source)
     assert out.returncode == 0
     assert out.stdout == source.replace(b"losses.append(loss)", FIXED_LINE.encode())
-    assert b"tpf: fixed 1 finding in 1 of 1 file" in out.stderr
+    assert b"tpf: fixed 1 of 1 finding with an autofix in 1 of 1 file" in out.stderr
 
 
 @pytest.mark.parametrize("prefix, encoding", [(b"\xef\xbb\xbf", "utf-8"),

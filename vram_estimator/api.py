@@ -168,14 +168,36 @@ def resolve(
     _accumulation(s)
     default("offload", "none")
     default("checkpointing", "off")
+    _runtime_attention(s, spec)
     default("attention", "sdpa", "default (transformers picks sdpa where available)")
     default("lora", 0)
+    _default_loss(s, kind)
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
     deepspeed = s["sharding"].value in ("zero1", "zero2", "zero3")
     if deepspeed and s["precision"].value in ("bf16-mixed", "fp16-mixed"):
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
+
+
+# runtimes that run soft-capped attention (Gemma 2) in their own eager code, never SDPA:
+# litgpt/model.py, CausalSelfAttention.scaled_dot_product_attention ("with softcapping we cannot
+# use SDPA": q @ k.mT, do_softcapping, softmax in fp32)
+EAGER_WHEN_SOFTCAPPED = {"litgpt": "litgpt runs soft-capped attention eagerly (litgpt/model.py)"}
+
+
+def _default_loss(s: Dict[str, Value], kind: str) -> None:
+    """A language model trains with transformers' loss unless something read says otherwise."""
+    if s["mode"].value == "train" and kind in ("decoder", "encdec") and "loss" not in s:
+        why = "default (transformers' ForCausalLMLoss: logits upcast to fp32)"
+        s["loss"] = Value("hf", why, guessed=True)
+
+
+def _runtime_attention(s: Dict[str, Value], spec: Optional[db.Model]) -> None:
+    runtime = s.get("runtime")
+    why = EAGER_WHEN_SOFTCAPPED.get(runtime.value) if runtime else None
+    if why and spec is not None and "attn-softcap" in spec.capabilities and guessed(s.get("attention")):
+        s["attention"] = Value("eager", why)
 
 
 def _prompt_from_context(s: Dict[str, Value]) -> None:

@@ -30,12 +30,18 @@ from typing import Any, Callable, List, Optional, Tuple
 from .knowledge import db
 from .reading.config_comments import KEYS, normalise
 
-EXIT_FITS, EXIT_TIGHT, EXIT_OOM, EXIT_BAD_INPUT, EXIT_NO_MODEL, EXIT_UNREADABLE = 0, 1, 2, 3, 4, 5
+# 2 is bad usage, as for `tpf` and flake8 (argparse's own code); an OOM verdict has its own
+# code so that a script can tell "will not fit" from "did not understand me". 3 is retired
+# (it was bad input before bad input joined bad usage on 2).
+EXIT_FITS, EXIT_TIGHT, EXIT_BAD_INPUT, EXIT_NO_MODEL, EXIT_UNREADABLE, EXIT_OOM = 0, 1, 2, 4, 5, 6
+EXIT_STATUS = ("exit status: 0 fits (or no target), 1 tight, 2 bad usage or bad input (unknown "
+               "option, malformed value or '# vram:' comment, unknown model or GPU), 4 no model, "
+               "5 unreadable input, 6 oom")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".bash")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with its own exit status for usage errors (2 is "oom" here)."""
+    """argparse whose usage errors exit with EXIT_BAD_INPUT (2, argparse's own)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -60,8 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="vram-estimate",
         description="Will this PyTorch job fit on that GPU? "
         "A static estimate from the script, its config files and '# vram:' comments.",
-        epilog="exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input, 4 no model, "
-        "5 unreadable input",
+        epilog=EXIT_STATUS,
     )
     p.add_argument(
         "inputs",
@@ -71,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         "overrides); a config file alone; or 'gpus' / 'models'",
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--json", dest="format", action="store_const", const="json",
+                   help="same as --format json")
     for key in KEYS:
         p.add_argument(f"--{key}", default=None, type=_checked(key), help=f"same as '# vram: {key}=...'")
     p.add_argument("--lora-targets", default=None, help="comma-separated LoRA target modules, or all-linear")
@@ -196,7 +203,7 @@ def _main(argv: Optional[List[str]]) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # a usage error (3) or --help (0), already printed
+    except SystemExit as exc:  # a usage error (2) or --help (0), already printed
         return int(exc.code or 0)
     if args.trace and not _trace_possible():
         return EXIT_BAD_INPUT

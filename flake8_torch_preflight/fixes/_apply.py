@@ -15,8 +15,9 @@ import libcst as cst
 from ..analysis.core.astutil import nesting_depth
 from ..engine import has_skip_file_comment, lint_tree
 from ..findings import Finding
-from . import tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
-from .result import FixResult
+from . import loop_top, tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
+from . import applicability, not_available
+from .result import NO_FIX_HERE, FixResult
 from .edits import Context, CstUnavailable, Edit, ensure_import
 
 # plan kind -> the fixer that writes its edits
@@ -25,6 +26,8 @@ FIXERS = {
     "no_grad_decorator": tpf002_no_grad.edits,
     "unwrap": tpf005_softmax.edits,
     "pin_memory": tpf013_pin_memory.edits,
+    "set_epoch": loop_top.set_epoch_edits,     # unsafe (TPF009)
+    "train_mode": loop_top.train_mode_edits,   # unsafe (TPF007)
 }
 
 
@@ -53,7 +56,8 @@ MAX_LIBCST_DEPTH = 400
 
 
 def apply_fixes(source: str, filename: str = "<stdin>",
-                keep: Optional[Callable[[Finding], bool]] = None) -> FixResult:
+                keep: Optional[Callable[[Finding], bool]] = None,
+                unsafe: bool = False) -> FixResult:
     if has_skip_file_comment(source.splitlines(True)):
         return FixResult(source)
     try:
@@ -61,15 +65,14 @@ def apply_fixes(source: str, filename: str = "<stdin>",
     except (SyntaxError, ValueError, RecursionError, MemoryError):   # too deep for Python too
         return FixResult(source)
     all_findings = lint_tree(tree, filename)
-    wanted = [f for f in all_findings
-              if f.plan is not None and f.plan.kind in FIXERS and (keep is None or keep(f))]
-    if not wanted:
-        return FixResult(source)
     result = FixResult(source)
+    wanted = _wanted(all_findings, keep, unsafe, result)
+    if not wanted:
+        return result
     depth = nesting_depth(tree)
     if depth > MAX_LIBCST_DEPTH:
-        result.skipped = [(f, f"the file nests {depth} levels deep, too deep for LibCST")
-                          for f in wanted]
+        result.skipped += [(f, f"the file nests {depth} levels deep, too deep for LibCST")
+                           for f in wanted]
         return result
     sparse = _sparse_source(source, tree, wanted)
     try:
@@ -83,7 +86,7 @@ def apply_fixes(source: str, filename: str = "<stdin>",
         except Exception:
             module = None
     if module is None:
-        result.skipped = [(f, "LibCST cannot parse this file") for f in wanted]
+        result.skipped += [(f, "LibCST cannot parse this file") for f in wanted]
         return result
     ctx = Context(sparse, filename, tree, module)
     ctx.original = source
@@ -91,6 +94,23 @@ def apply_fixes(source: str, filename: str = "<stdin>",
     if planned:
         _apply_confirmed(ctx, filename, Counter(f.code for f in all_findings), planned, result)
     return result
+
+
+def _wanted(findings: Sequence[Finding], keep, unsafe: bool, result: FixResult) -> List[Finding]:
+    """The findings to fix; the other reported findings of rules with an autofix go to
+    `result.skipped` with the reason."""
+    wanted = []
+    for finding in findings:
+        if applicability(finding.code) == "none" or (keep is not None and not keep(finding)):
+            continue
+        why = not_available(finding, unsafe)
+        if why is None and finding.plan.kind not in FIXERS:
+            why = NO_FIX_HERE
+        if why is None:
+            wanted.append(finding)
+        else:
+            result.skipped.append((finding, why))
+    return wanted
 
 
 _ELIDED = "# <tpf: elided line {}>\n"

@@ -138,6 +138,19 @@ class Context:
                     return cnode
         return None
 
+    def cst_loop(self, node: ast.AST) -> Optional[cst.CSTNode]:
+        """The LibCST `for`/`while` statement that starts where the ast loop starts."""
+        kind = {ast.For: cst.For, ast.While: cst.While}.get(type(node))
+        if kind is None:
+            return None
+        column = self.char_col(node.lineno, node.col_offset)
+        for cnode, where in self.positions_at(node.lineno).items():
+            if not isinstance(cnode, kind) or getattr(cnode, "asynchronous", None) is not None:
+                continue
+            if (where.start_line, where.start_col) == (node.lineno, column):
+                return cnode
+        return None
+
 
 _AST_TO_CST = {ast.Name: cst.Name, ast.Attribute: cst.Attribute, ast.Call: cst.Call,
                ast.Subscript: cst.Subscript, ast.BinOp: cst.BinaryOperation,

@@ -11,7 +11,7 @@ from typing import Iterator, Optional
 
 from ..analysis import FileAnalysis
 from ..analysis.core.events import Site
-from ..findings import ERROR, Finding, FixPlan
+from ..findings import ERROR, Finding, FixPlan, with_refusal
 
 
 class Rule:
@@ -29,6 +29,6 @@ class Rule:
         """A finding at `site`. A fixable rule passes the `plan` of a fix it has proven safe
         here, or says in `no_autofix` why `tpf fix` leaves this one to a human."""
         if no_autofix:
-            fix = f"{fix} (not applied by `tpf fix`: {no_autofix})"
+            fix = with_refusal(fix, no_autofix)
         return Finding(site.line, site.col, self.code, severity or self.severity, what, evidence,
                        fix, plan)

@@ -38,8 +38,12 @@ for epoch in range(epochs):
 ```
 
 ## Fix safety
-Unsafe: the fix is one `model.train()` line at the top of the epoch loop (or of the
-training helper), placed by hand.
+Unsafe (`tpf fix --unsafe-fixes`): one `model.train()` line as the first statement of the
+loop, when the model is a plain (dotted) name the loop sees from its first line (not
+rebound inside it); the re-lint keeps it only when the finding is gone. Unsafe because it
+changes the mode the loop trains in (review it: a model kept in `eval()` on purpose, such as
+a frozen batch-norm backbone, must not get it). A helper that is never undone is left to a
+human.
 
 ## Known limits
 Quiet in Lightning modules and HF `Trainer` subclasses (the framework toggles modes), when
@@ -74,7 +78,9 @@ wrapper (`DDP(build_model())`) are never proven so.
 """
 from __future__ import annotations
 
-from typing import FrozenSet, Iterator, List
+import ast
+import re
+from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.topics.classes import mode_free_module
@@ -83,7 +89,7 @@ from ..analysis.topics.epochs import resolve_values
 from ..analysis.topics.modes import (ModeEvent, cond_texts, exits_after, frozen_modules,
                                      function_events, last_iteration_only, loop_events,
                                      optimized_modules, related)
-from ..findings import ERROR, Finding
+from ..findings import ERROR, Finding, FixPlan
 from .base import Rule
 
 
@@ -161,7 +167,7 @@ class StuckEvalMode(Rule):
                             or unreachable(analysis, facts, event.site):
                         continue   # changes nothing, or in a branch this program never takes
                     reported.add(key)
-                    yield self._report(event, work, loop)
+                    yield self._report(event, work, loop, facts)
 
     def _stuck(self, events: List[ModeEvent], i: int, loop, exits, frozen, optimized):
         """The backward reached from eval event `i` with no train() on the way, or None."""
@@ -215,7 +221,7 @@ class StuckEvalMode(Rule):
                 return True
         return False
 
-    def _report(self, event: ModeEvent, work: ModeEvent, loop) -> Finding:
+    def _report(self, event: ModeEvent, work: ModeEvent, loop, facts) -> Finding:
         # An unnamed receiver (`validate(task.get_eval_model(), ...)`) is described in words,
         # never rendered as code.
         if event.receiver:
@@ -234,4 +240,33 @@ class StuckEvalMode(Rule):
                     f"batch-norm stay in eval mode from the next iteration on")
         fix = (f"call {train if event.receiver else '`train()` on the trained model'} at the "
                f"top of the loop at line {loop.lineno} (or at the top of the training helper)")
-        return self.finding(event.site, what, evidence, fix)
+        plan, why = _train_plan(event, loop, facts)
+        return self.finding(event.site, what, evidence, fix, plan=plan, no_autofix=why)
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _train_plan(event: ModeEvent, loop, facts) -> Tuple[Optional[FixPlan], Optional[str]]:
+    """The unsafe fix: `<receiver>.train()` as the loop's first statement, where the receiver
+    is a plain (dotted) name the loop sees from its first line."""
+    node = _receiver_node(event)
+    if node is None:
+        return None, "the model is not named by a plain name in the loop's function"
+    root = event.receiver.split(".")[0]
+    if root in facts.loop_rebinds.get(loop, ()):
+        return None, f"`{root}` is rebound inside the loop, so its top may not see it yet"
+    return FixPlan("train_mode", loop, node), None
+
+
+def _receiver_node(event: ModeEvent) -> Optional[ast.AST]:
+    """The expression written as the receiver at the event's call: `model` of
+    `model.eval()`, or the argument `model` of `evaluate(model, loader)`."""
+    call = event.site.node
+    if not event.receiver or not _DOTTED.match(event.receiver) or not isinstance(call, ast.Call):
+        return None
+    candidates = list(call.args) + [kw.value for kw in call.keywords]
+    if event.via is None and isinstance(call.func, ast.Attribute):
+        candidates.insert(0, call.func.value)
+    return next((c for c in candidates if isinstance(c, (ast.Name, ast.Attribute))
+                 and ast.unparse(c) == event.receiver), None)

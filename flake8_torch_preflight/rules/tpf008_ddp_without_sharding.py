@@ -42,8 +42,8 @@ for epoch in range(epochs):
 ```
 
 ## Fix safety
-Unsafe: the sampler replaces `shuffle=True` and needs `set_epoch` every epoch (TPF009);
-placed by hand.
+No autofix: the sampler replaces `shuffle=True`, needs its own name and `set_epoch` every
+epoch (TPF009), and a dataset that already splits itself must not get one; placed by hand.
 
 ## Known limits
 Lenient towards silence: any sampler that is not a plain `RandomSampler`,
@@ -81,7 +81,6 @@ class DdpWithoutSharding(Rule):
     code = "TPF008"
     name = "ddp-without-sharding"
     severity = ERROR
-    fix_safety = "unsafe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         reported = set()

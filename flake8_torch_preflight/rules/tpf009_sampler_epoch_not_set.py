@@ -35,7 +35,12 @@ for epoch in range(epochs):
 ```
 
 ## Fix safety
-Unsafe: one `sampler.set_epoch(epoch)` line at the top of the epoch loop, placed by hand.
+Unsafe (`tpf fix --unsafe-fixes`): one `sampler.set_epoch(epoch)` line as the first
+statement of the epoch loop, when the sampler is bound once, unconditionally, to a name
+before the loop in the same function (`sampler = DistributedSampler(dataset)`) and the loop
+is `for epoch in ...`; otherwise the finding says why and the line is placed by hand.
+Unsafe because it changes the order the data is read in from the second epoch on (a run
+resumed from a checkpoint replays differently).
 
 ## Known limits
 Quiet with `shuffle=False` or a non-literal `shuffle=` value, for loaders passed through
@@ -55,12 +60,13 @@ sample is noise, so one replayed order changes nothing.
 """
 from __future__ import annotations
 
-from typing import Iterator
+import ast
+from typing import Iterator, Optional, Tuple
 
 from ..analysis import FileAnalysis
 from ..analysis.topics.distributed import epoch_feeds, sampler_constructions, sets_epoch, shuffles
 from ..analysis.topics.shuffling import drawn_at_random
-from ..findings import WARNING, Finding
+from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
 
@@ -85,6 +91,7 @@ class SamplerEpochNotSet(Rule):
             loader = feed.loader.node
             made = f"feeds the loader built at line {loader.lineno}" if loader is not None \
                 else "feeds a loader"
+            plan, why = _set_epoch_plan(analysis, facts, call, feed)
             yield self.finding(
                 call.site,
                 "`DistributedSampler` shuffles but its epoch is never set: every epoch "
@@ -93,7 +100,33 @@ class SamplerEpochNotSet(Rule):
                 f"{feed.epoch_loop.lineno} trains on; no `set_epoch(...)` runs inside that "
                 f"loop (directly or in a helper it calls)",
                 f"call `sampler.set_epoch(epoch)` at the top of the loop at line "
-                f"{feed.epoch_loop.lineno}")
+                f"{feed.epoch_loop.lineno}", plan=plan, no_autofix=why)
+
+
+def _set_epoch_plan(analysis, facts, call, feed) -> Tuple[Optional[FixPlan], Optional[str]]:
+    """The unsafe fix: `<sampler>.set_epoch(<epoch>)` as the epoch loop's first statement,
+    only for `sampler = DistributedSampler(...)` bound once, unconditionally, before the
+    loop and in its function, and a `for <name> in ...` epoch loop."""
+    loop, stmt = feed.epoch_loop, call.site.stmt
+    if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Name):
+        return None, "the epoch loop has no single loop variable to pass to `set_epoch`"
+    bound = isinstance(stmt, ast.Assign) and stmt.value is call.node \
+        and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+    if not bound:
+        return None, ("the sampler is not bound to one local name of its own (it is built "
+                      "inline, unpacked or stored on an attribute)")
+    name = stmt.targets[0].id
+    if facts.func is not feed.facts.func:
+        return None, f"`{name}` is bound in another function than the epoch loop"
+    if call.site.conds or call.site.loops:
+        return None, (f"`{name}` is bound under a condition or in a loop: on another path it "
+                      f"may be unbound or a sampler without `set_epoch`")
+    scope = facts.func.node if facts.func is not None else analysis.tree
+    stores = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
+              and isinstance(n.ctx, (ast.Store, ast.Del))]
+    if len(stores) != 1 or stmt.lineno > loop.lineno:
+        return None, f"`{name}` is bound more than once, or after the loop"
+    return FixPlan("set_epoch", loop, stmt.targets[0]), None
 
 
 def _random_samples(analysis, facts, call) -> bool:

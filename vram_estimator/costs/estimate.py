@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..knowledge import db
+from ..knowledge.losses import KEEPS as LOSS_KEEPS
 from .activations import Acts, coefficients, inference_workspace, precision_class  # noqa: F401
 from .activations import ACTIVATION_MODELS
 from ..reading.config_comments import Value
@@ -253,7 +254,11 @@ def setup(settings: Dict[str, Value]) -> Setup:
         or setting(settings, "set_to_none", True) in (False, "off", "false"),
         lora_dropout=_fraction(settings, "lora_dropout"),
         lora_impl=str(setting(settings, "lora_impl", "peft") or "peft"),
-        bnb_saves_input=_flag(settings, "bnb_saves_input", False),
+        # litgpt pins bitsandbytes 0.42.0 ("LitGPT only supports bitsandbytes v0.42.0"), whose
+        # MatMul4Bit.forward keeps its input (ctx.tensors = (A, B))
+        bnb_saves_input=_flag(settings, "bnb_saves_input", setting(settings, "runtime") == "litgpt"),
+        runtime=str(setting(settings, "runtime", "") or ""),
+        double_quant=_flag(settings, "double_quant", True),
         loss=str(setting(settings, "loss", "hf") or "hf"),
         optimizer_in_bwd=_flag(settings, "optimizer_in_bwd", False) and train,
         grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),
@@ -293,8 +298,8 @@ def _early_gradients(s: Setup) -> Optional[Term]:
     if s.train and s.grads_persist:
         return T.gradients(s)
     head = s.model.breakdown.head
-    if not (s.train and head and not s.lora):
-        return None
+    if not (s.train and head and not s.lora) or T.fsdp_offloaded(s):
+        return None  # under FSDP's CPU offload the head's gradient is the root unit's (unit gradients)
     g = (2.0 if s.pc == "half" else 4.0) * head / (s.world if s.sharded_grads else 1)
     return T.exact("head gradient", g, "written first in backward", dynamic=True)
 
@@ -304,6 +309,7 @@ def phases(s: Setup, figures: Optional[Dict[str, Any]] = None) -> Dict[str, List
     acts, workspace = _activations(s)
     static = [
         T.weights(s),
+        T.quant_state(s),
         T.gathered_params(s),
         T.optimizer_state(s),
         T.master_copy(s),
@@ -327,10 +333,13 @@ def phases(s: Setup, figures: Optional[Dict[str, Any]] = None) -> Dict[str, List
         _early_gradients(s),
         T.backward_block(s, acts),
         T.dequant_buffer(s),
+        T.litgpt_quantised_embedding(s),
         T.unsharded_root(s),
+        T.offloaded_unit_gradients(s),
         T.frozen_gradients(s) if s.grad_accum > 1 else None,  # kept from the earlier micro-batches
     ]
-    step = static + [T.gradients(s), T.frozen_gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s)]
+    step = static + [T.gradients(s), T.frozen_gradients(s), T.step_temporaries(s), T.fp32_grad_partition(s),
+                     T.litgpt_quantised_embedding(s)]
     return {BACKWARD: [t for t in backward if t is not None], STEP: [t for t in step if t is not None]}
 
 
@@ -391,8 +400,12 @@ def estimate(settings: Dict[str, Value], target: Optional[Dict[str, Any]] = None
         params_total=s.model.breakdown.total,
         params_trainable=s.trainable,
     )
+    if s.model.source.startswith("architecture inferred"):
+        est.notes.append(f"model: {s.model.source}; pass its config.json folder to count it exactly")
     if len(by_phase) > 1:
         est.notes.append(f"peak during the {peak}")
+    if s.train and "lm-head" in s.model.traits:
+        est.notes.append(f"loss {s.loss}: {LOSS_KEEPS.get(s.loss, s.loss)}")
     if s.train and s.grads_persist:
         est.notes.append("gradients persist through forward and backward (accumulation or set_to_none=False)")
     if target:

@@ -68,13 +68,15 @@ class Setup:
     lora_dropout: float = 0.0  # LoraConfig(lora_dropout=): a mask and a dropped copy per adapted input
     lora_impl: str = "peft"  # peft (fp32 adapters over half weights), torchtune, litgpt (model dtype)
     bnb_saves_input: bool = False  # bitsandbytes < 0.43.2: a 4-bit linear keeps its input (ctx.tensors)
-    loss: str = "hf"  # the loss layout: hf (fp32 upcast), torchtune-chunked, litgpt-chunked (LOSS_LAYOUTS)
+    loss: str = "hf"  # the loss layout: hf (fp32 upcast) or a key of LOSS_LAYOUTS, liger-fused
     optimizer_in_bwd: bool = False  # torchtune: each parameter steps (and frees its grad) in backward
     grad_accum: int = 1  # micro-batches per optimizer step
     no_sync: bool = True  # accumulation without gradient sync (DDP/FSDP no_sync(), Fabric's default)
     reduce_bucket_size: float = 5e8  # DeepSpeed zero_optimization.reduce_bucket_size (HF "auto": h*h)
     fsdp_units: str = "separate"  # FSDP1 + LoRA: "separate" (PEFT's fsdp_auto_wrap_policy wraps the
     # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
+    double_quant: bool = True  # bitsandbytes 4-bit with compress_statistics (absmax quantised)
+    runtime: str = ""  # the training library when it decides memory (litgpt: see litgpt_quantised_embedding)
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
 
@@ -213,9 +215,12 @@ def weights(s: Setup) -> Term:
     bd = s.model.breakdown
     upper_extra = 0.0
     if s.quantised:
-        per = 1.0 if s.precision == "int8" else 0.5 + 1.0 / 64  # nf4 + double-quantised absmax
-        rest = bd.total - bd.linear
-        value = per * bd.linear + 2.0 * rest
+        per = 1.0 if s.precision == "int8" else 0.5 + nf4_absmax_bytes(s.double_quant)
+        if quant_state(s) is not None:
+            per = 0.5  # the absmax is not sharded: its own term
+        quantised = bd.linear + (bd.head if _quantises_head(s) else 0)
+        rest = bd.total - quantised
+        value = per * quantised + 2.0 * rest
         upper_extra = 2.0 * rest if s.train else 0.0
         note = f"{s.precision} linear layers, bf16 rest"
     else:
@@ -231,6 +236,29 @@ def weights(s: Setup) -> Term:
         note += f" /{s.world}"
     spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
     return Term("weights", value * spread[0], value, (value + upper_extra) * spread[1], note)
+
+
+def nf4_absmax_bytes(double_quant: bool) -> float:
+    """bitsandbytes' 4-bit absmax per weight: one fp32 per block of 64 (``quantize_4bit``,
+    blocksize 64), or with ``compress_statistics`` (double quantisation) one uint8 per block plus an
+    fp32 per 256 blocks (``quantize_blockwise`` of the absmax, blocksize 256)."""
+    return 1.0 / 64 + 4.0 / (64 * 256) if double_quant else 4.0 / 64
+
+
+def quant_state(s: Setup) -> Optional[Term]:
+    """Sharded 4-bit weights (FSDP / ZeRO-3 QLoRA, ``bnb_4bit_quant_storage``): the packed weight
+    is a parameter and is sharded, but its absmax is not -- bitsandbytes keeps the layer's
+    ``QuantState`` on the module (``Linear4bit.quant_state``) and puts it back on the weight
+    every forward because "the quant state got lost when the parameter got converted. This
+    happens for example for fsdp" (``bitsandbytes/nn/modules.py``,
+    ``fix_4bit_weight_quant_state_from_module``).  So every rank holds every layer's absmax, also
+    when the parameters are offloaded (it is not a parameter FSDP moves)."""
+    offloaded = s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP
+    if not (s.precision == "nf4" and (s.sharded_weights or offloaded)):
+        return None
+    n = s.model.breakdown.linear + (s.model.breakdown.head if _quantises_head(s) else 0)
+    b = nf4_absmax_bytes(s.double_quant) * n
+    return exact("quant state", b, "4-bit absmax of every layer on every rank (not a sharded parameter)")
 
 
 def gathered_params(s: Setup) -> Optional[Term]:
@@ -255,12 +283,21 @@ def _largest_parameter(s: Setup) -> int:
     return max(bd.embed, bd.head, linear)
 
 
+def fsdp_offloaded(s: Setup) -> bool:
+    """FSDP with ``CPUOffload(offload_params=True)`` (FSDP2: ``CPUOffloadPolicy``): the shards of
+    parameters and gradients, and so the optimizer's states and step, live on the host."""
+    return s.fsdp and s.offload in ("param", "both")
+
+
 def gradients(s: Setup) -> Optional[Term]:
     """Trainable gradients.  With ``optimizer_in_bwd`` (torchtune's
     ``register_optim_in_bwd_hooks``: a post-accumulate-grad hook steps each parameter and frees
-    its gradient) only about one parameter's gradient exists at a time."""
+    its gradient) only about one parameter's gradient exists at a time.  Under FSDP's CPU
+    offload the gradient shards are copied to the host (:func:`offloaded_unit_gradients`)."""
     if not s.train:
         return None
+    if fsdp_offloaded(s):
+        return Term("gradients", 0.0, 0.0, 0.0, "shards on the host (FSDP CPU offload)")
     per = _gradient_bytes(s)
     spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
     if s.optimizer_in_bwd:
@@ -281,7 +318,8 @@ def frozen_gradients(s: Setup) -> Optional[Term]:
     the whole unsharded gradient.  FSDP2 (``fully_shard``) keeps one tensor per parameter, so
     frozen weights get none, and neither do they where the adapters are their own units (PEFT's
     ``fsdp_auto_wrap_policy``, what Accelerate uses with PEFT: ``fsdp_units="separate"``)."""
-    if not (s.train and s.lora and s.sharding == "fsdp" and s.world > 1 and s.fsdp_units == "block"):
+    shared_units = s.fsdp_units in ("block", "litgpt")
+    if not (s.train and s.lora and s.sharding == "fsdp" and s.world > 1 and shared_units):
         return None
     bd = s.model.breakdown
     blocks = max(0, bd.total - bd.embed - bd.head)
@@ -291,7 +329,37 @@ def frozen_gradients(s: Setup) -> Optional[Term]:
     note = "FSDP1 flat parameters: frozen block weights get gradients" + (
         " (unsharded under no_sync accumulation)" if unsharded else ""
     )
+    if s.fsdp_units == "litgpt":
+        # a litgpt config alone does not say the release: FSDP2 (0.5.5 on) keeps none (lower end)
+        return Term("frozen gradients", 0.0, g, g, note + "; litgpt <= 0.5.4 (none from 0.5.5, FSDP2)", True)
     return exact("frozen gradients", g, note, dynamic=True)
+
+
+def offloaded_unit_gradients(s: Setup) -> Optional[Term]:
+    """FSDP with CPU offload still makes each unit's gradient on the GPU.  torch's FSDP1
+    (``torch/distributed/fsdp/_runtime_utils.py``, ``_post_backward_hook``): autograd writes the
+    unit's whole unsharded gradient (``flat_param.grad``, in the compute dtype under
+    ``MixedPrecision``), ``_reduce_grad`` reduce-scatters it into a new shard on the GPU
+    (``torch.empty_like(chunks[0])``), and only then ``_offload_grad`` copies the shard to the
+    pinned host buffer (``_cpu_grad``).  So one block unit's full gradient and its shard are
+    alive at a time (the next unit's gathered parameters, prefetched by ``BACKWARD_PRE``, are in
+    ``gathered params``), and the root unit (embeddings, final norm, head) reduces last: its
+    whole gradient is alive through backward.  FSDP2 (``fully_shard`` with
+    ``CPUOffloadPolicy``) does the same per parameter group."""
+    if not (s.train and fsdp_offloaded(s)):
+        return None
+    bd = s.model.breakdown
+    layers = max(1, s.model.dims.layers or 1)
+    per = 2.0 if (s.pc == "half" or s.fsdp_half_compute or s.quantised) else 4.0
+    if s.lora:
+        block, root = s.lora_params / layers, 0.0
+    else:
+        block, root = max(0, bd.total - bd.embed - bd.head) / layers, float(bd.embed + bd.head)
+    g = per * (block * (1.0 + 1.0 / s.world) + root)
+    note = "one unit's unsharded gradient and its shard before the copy to the host" + (
+        "; the root unit's (embeddings, head) through backward" if root else ""
+    )
+    return Term("unit gradients", g * 0.5, g, g * 1.5, note, dynamic=True)
 
 
 def unsharded_root(s: Setup) -> Optional[Term]:
@@ -307,7 +375,8 @@ def unsharded_root(s: Setup) -> Optional[Term]:
     if not root:
         return None
     per = 2.0 if (s.pc == "half" or s.fsdp_half_compute) else 4.0
-    return exact("unsharded root", per * root * (1 - 1 / s.world), "embeddings and head gathered in full")
+    resident = 0.0 if fsdp_offloaded(s) else 1 / s.world  # offloaded: the own shard is on the host
+    return exact("unsharded root", per * root * (1 - resident), "embeddings and head gathered in full")
 
 
 def optimizer_bytes(optimizer: str, state_bytes: int, hidden: int) -> float:
@@ -350,8 +419,8 @@ def optimizer_state(s: Setup) -> Optional[Term]:
     o = optimizer_bytes(s.optimizer, _state_bytes(s), s.model.dims.hidden or 1024) * s.trainable
     if s.sharded_states:
         o /= s.world
-    if s.offload in ("optimizer", "both"):
-        o = 0.0
+    if s.offload in ("optimizer", "both") or fsdp_offloaded(s):
+        o = 0.0  # FSDP's parameter offload steps on the host shards: the states are made there
     lower = 0.25 if "optimizer" in s.guessed else 1.0  # a default optimizer might be an 8-bit one
     if s.optimizer.startswith("paged"):
         lower = 0.0  # paged states can be evicted to host memory under pressure
@@ -394,6 +463,8 @@ def step_temporaries(s: Setup) -> Optional[Term]:
     """Foreach optimizer temporaries during ``step()`` (absent under DeepSpeed's fused Adam)."""
     share = _STEP_TEMPORARIES.get(s.optimizer)
     if not s.train or share is None or not s.foreach or s.deepspeed or s.offload in ("optimizer", "both"):
+        return None
+    if fsdp_offloaded(s):
         return None
     if s.optimizer_in_bwd:  # one parameter steps at a time
         return None
@@ -450,13 +521,42 @@ def sharding_buffers(s: Setup) -> Optional[Term]:
     return None
 
 
+def litgpt_quantised_embedding(s: Setup) -> Optional[Term]:
+    """litgpt's finetune scripts under ``BitsandbytesPrecision`` (``litgpt/finetune/lora.py``,
+    ``main``) replace the embedding with bitsandbytes' ``StableEmbedding`` after the optimizer
+    is built: ``old_embedding = model.transformer.wte`` stays referenced by ``main`` for the
+    whole of ``fit()`` (a second vocab x hidden matrix in the compute dtype), and the new
+    embedding's weight is a fresh ``nn.Parameter`` (``requires_grad=True``) that the optimizer
+    never sees, so its gradient is written in every backward and never zeroed."""
+    if not (s.train and s.quantised and s.runtime == "litgpt"):
+        return None
+    emb = 2.0 * s.model.breakdown.embed
+    return exact("replaced embedding", 2 * emb, "litgpt StableEmbedding: the old one kept + a gradient")
+
+
+def _quantises_head(s: Setup) -> bool:
+    """Lightning's ``BitsandbytesPrecision`` (what litgpt's ``--quantize`` uses) replaces every
+    ``nn.Linear`` without ``ignore_modules``, the LM head too (``_convert_layers`` / the
+    ``torch.nn.Linear`` class replacement in ``init_context``); transformers' bitsandbytes
+    integration keeps ``lm_head`` in the compute dtype (``llm_int8_skip_modules``)."""
+    return s.quantised and s.runtime == "litgpt"
+
+
 def dequant_buffer(s: Setup) -> Optional[Term]:
-    """bitsandbytes dequantises one 4/8-bit weight at a time to bf16 for the matmul."""
+    """bitsandbytes dequantises one 4/8-bit weight at a time for the matmul (``MatMul4Bit``:
+    ``F.dequantize_4bit(B, quant_state).to(A.dtype)``).  The dequantised tensor has the dtype the
+    weight was quantised from: Lightning's ``_Linear4bit._quantize_weight`` quantises
+    ``weight.to(dtype=torch.half)``, so under litgpt an fp16 copy and its bf16 cast exist
+    together, and the largest weight is the quantised head."""
     if not s.quantised:
         return None
-    largest = max((t.fan_in * t.fan_out for t in s.model.breakdown.lora_targets), default=0)
-    b = 2.0 * largest
-    return Term("dequantised weight", b * 0.5, b, 2 * b, "one linear dequantised to bf16", True)
+    bd = s.model.breakdown
+    largest = max((t.fan_in * t.fan_out for t in bd.lora_targets), default=0)
+    copies = 1.0
+    if _quantises_head(s):
+        largest, copies = max(largest, bd.head or bd.embed), 2.0
+    b = 2.0 * copies * largest
+    return Term("dequantised weight", b * 0.5, b, 2 * b, "one linear dequantised to half", True)
 
 
 # --------------------------------------------------------------------------- token terms
@@ -510,15 +610,38 @@ def backward_block(s: Setup, acts: Acts) -> Optional[Term]:
 # * litgpt ``chunked_cross_entropy`` with ``lm_head_chunk_size=128``: cross-entropy on the half
 #   chunks (fp32 under autocast, which runs log_softmax in fp32), the list of chunks held by the
 #   training step until backward.
+# * ``plain`` (``F.cross_entropy`` on the logits as they come): the logits held by the output and
+#   the log-softmax it saves, both in the compute dtype (fp32 under autocast's log_softmax);
+# * torchtune ``LinearCrossEntropyLoss``: the chunks are projected inside the loss and upcast like
+#   ``CEWithChunkedOutputLoss``'s (torchtune/modules/loss/ce_chunked_output_loss.py and
+#   linear_ce_loss.py: ``logits_chunk.float()`` then ``F.cross_entropy``); no half logits held.
 LOSS_LAYOUTS = {
     "torchtune-chunked": {"half": (4.0, 0.0, 0.75), "mixed": (4.0, 0.0, 0.75), "fp32": (4.0, 0.0, 1.0)},
+    "torchtune-linear": {"half": (4.0, 0.0, 0.75), "mixed": (4.0, 0.0, 0.75), "fp32": (4.0, 0.0, 1.0)},
     "litgpt-chunked": {"half": (2.0, 2.0, 0.1), "mixed": (4.0, 2.0, 0.1), "fp32": (4.0, 4.0, 0.1)},
+    "plain": {"half": (2.0, 2.0, 0.0), "mixed": (4.0, 2.0, 0.0), "fp32": (4.0, 4.0, 0.0)},
 }
+# Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py,
+# ``fused_linear_cross_entropy_forward``): ``chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H)))``
+# rows at a time, so one chunk's logits hold about tokens x hidden values (in the compute dtype,
+# upcast to fp32 inside the kernel); ``grad_input = torch.zeros_like(_input)`` (tokens x hidden)
+# is filled in the forward and saved for backward.  Bytes per token per hidden unit: the saved
+# input gradient, the input it reads, one chunk's logits and its fp32 working copy.
+LIGER_BYTES_PER_HIDDEN = {"half": 2.0 + 2.0 + 2.0 + 4.0, "mixed": 2.0 + 2.0 + 2.0 + 4.0, "fp32": 4.0 * 4}
 
 
 def loss_bytes_per_logit(layout: str, pc: str) -> float:
     saved, held, working = LOSS_LAYOUTS[layout][pc]
     return saved + held + working
+
+
+def _liger_logits(s: Setup, toks: int, pc: str) -> Term:
+    """Liger's fused linear cross-entropy: no logits; about tokens x hidden values per piece."""
+    b = toks * (s.model.dims.hidden or 1024) * LIGER_BYTES_PER_HIDDEN[pc]
+    lo, hi = _token_spread(s, False, "logits")
+    lo, hi = lo * 0.6, hi * 1.25  # not measured here: the chunk rounds to a power of two
+    note = f"{toks:,} tokens: fused head + loss (Liger), no logits"
+    return Term("logits buffer", b * lo, b, b * hi, note, dynamic=True)
 
 
 def logits(s: Setup) -> Optional[Term]:
@@ -533,11 +656,14 @@ def logits(s: Setup) -> Optional[Term]:
     toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
     pc = precision_class(s.compute_precision)
     per = co["train"][pc] if s.train else co["inference"][pc]
+    if s.train and s.loss == "liger-fused":
+        return _liger_logits(s, toks, pc)
     if s.train and s.loss in LOSS_LAYOUTS:
         per = loss_bytes_per_logit(s.loss, pc)
     lb = toks * V * per
     lo, hi = _token_spread(s, True, "logits")
-    return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab", dynamic=True)
+    how = f" ({s.loss} loss)" if s.train else ""
+    return Term("logits buffer", lb * lo, lb, lb * hi, f"{toks:,} tokens x {V:,} vocab{how}", dynamic=True)
 
 
 def kv_cache(s: Setup, tokens: Optional[int] = None) -> Optional[Term]:

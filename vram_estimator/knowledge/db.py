@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .families import all_families, family
-from .model_names import alternative_forms, suggestion_text
+from .model_names import alternative_forms, architecture_from_name, suggestion_text
 from .registry import KIND_TRAITS, Breakdown, Dims, Family
 
 # the package data lives in vram_estimator/data, one folder above this room
@@ -287,6 +287,27 @@ def load_hf_config(path: str, name: Optional[str] = None) -> Optional[Model]:
             found.source = f"config.json at {candidate}"
             return found
     return None
+
+
+def model_from_name(text: str) -> Optional[Model]:
+    """A model whose architecture its name gives away (``model_names.NAME_RULES``), marked as
+    inferred: ``unsloth/Mistral-7B-v0.2`` has Mistral 7B's shape, ``stabilityai/stablelm-base-
+    alpha-3b`` is a GPT-NeoX of a published size.  None for any other name."""
+    found = architecture_from_name(text)
+    if found is None:
+        return None
+    target, why = found
+    if isinstance(target, str):
+        base = model(target)
+        inferred = Model(key=base.key, family=base.family, config=dict(base.config),
+                         published_params=base.published_params, aliases=base.aliases,
+                         max_positions=base.max_positions)
+    else:
+        inferred = model_from_hf_config(dict(target), name=text[:120])
+        if inferred is None:
+            return None
+    inferred.source = f"architecture inferred from the name '{text[:120]}' ({why}): an assumption"
+    return inferred
 
 
 def generic_decoder(params: int) -> Model:

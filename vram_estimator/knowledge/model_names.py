@@ -8,7 +8,11 @@ ids.  People also write:
   weights are stored: :func:`stored_precision`);
 * checkpoint folders: litgpt's ``checkpoints/<org>/<name>``, ``./models/<name>``;
 * litgpt and torchtune names: ``Llama-2-7b-hf``, ``tiny-llama-1.1b``, ``llama3_1_8b``;
-* lit-llama's sizes: ``LLaMAConfig.from_name("7B")`` (:data:`LIT_LLAMA_SIZES`).
+* lit-llama's sizes: ``LLaMAConfig.from_name("7B")`` (:data:`LIT_LLAMA_SIZES`);
+* re-uploads and releases of a known architecture under a name no table lists
+  (``unsloth/Mistral-7B-v0.2``, ``stabilityai/stablelm-base-alpha-3b``): :data:`NAME_RULES` map
+  them to a built-in or to the published configuration of their family, and the estimate says
+  the architecture was inferred from the name (an assumption, not a read config).
 
 :func:`alternative_forms` yields the reduced names to look up, in order; the tables here are
 knowledge of how those names are built, never of one file.
@@ -17,7 +21,7 @@ knowledge of how those names are built, never of one file.
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 # packaging suffixes of quantised re-uploads -> how the weights are stored (our precision);
 # GPTQ/AWQ int4 are estimated as nf4 (see docs/vram.md, Known limits)
@@ -48,6 +52,42 @@ SAME_SHAPE = {
 LIT_LLAMA_SIZES = {"7b": "llama-2-7b", "13b": "llama-2-13b"}
 
 _SEPARATORS = re.compile(r"[^a-z0-9]")
+
+# Names whose architecture is known from the name alone: (pattern over the lower-cased tail of
+# the name, the built-in it has the shape of or the Hugging Face config of its family, why).
+# Mistral 7B v0.2 changed the rope base and dropped the sliding window, not a tensor
+# (mistralai/Mistral-7B-v0.2 config.json); v0.3's vocabulary is 32768, another count, so it
+# is not here.  StableLM-Base-Alpha is GPT-NeoX (its config.json: model_type gpt_neox).
+NAME_RULES = (
+    (r"^mistral-7b(-instruct)?-v0\.[12]$", "mistral-7b", "Mistral 7B v0.1/v0.2 share one shape"),
+    (
+        r"^stablelm-(base|tuned)-alpha-3b(-v2)?$",
+        dict(model_type="gpt_neox", hidden_size=4096, num_hidden_layers=16, num_attention_heads=32,
+             intermediate_size=16384, vocab_size=50688, max_position_embeddings=4096,
+             tie_word_embeddings=False),
+        "StableLM-Alpha 3B is GPT-NeoX (h 4096, 16 layers, vocab 50688)",
+    ),
+    (
+        r"^stablelm-(base|tuned)-alpha-7b(-v2)?$",
+        dict(model_type="gpt_neox", hidden_size=6144, num_hidden_layers=16, num_attention_heads=48,
+             intermediate_size=24576, vocab_size=50432, max_position_embeddings=4096,
+             tie_word_embeddings=False),
+        "StableLM-Alpha 7B is GPT-NeoX (h 6144, 16 layers, vocab 50432)",
+    ),
+)
+_COMPILED_RULES = tuple((re.compile(p), target, why) for p, target, why in NAME_RULES)
+
+
+def architecture_from_name(text: str) -> Optional[Tuple[Union[str, Dict[str, Any]], str]]:
+    """(built-in key or Hugging Face config, why) for a name whose architecture :data:`NAME_RULES`
+    infers, or None."""
+    if not text or len(text) > 300:
+        return None
+    tail = _without_quant_suffix(_without_folders(text)).rsplit("/", 1)[-1].lower()
+    for pattern, target, why in _COMPILED_RULES:
+        if pattern.match(tail):
+            return target, why
+    return None
 
 
 def stored_precision(text: str) -> Optional[str]:

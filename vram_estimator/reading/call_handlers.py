@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..knowledge import db
 from .config_comments import ATTENTIONS
 from .configs.formats import read_deepspeed, torchtune_model_settings
+from ..knowledge.losses import CONFIG_SWITCHES, LIGER_PATCH_PREFIX, LOSS_CALLEES, callee_loss
 from ..knowledge.model_names import lit_llama_size
 from .script_state import ScriptState
 from .setting_names import optimizer_name
@@ -98,6 +99,8 @@ def on_call(reader: ScriptState, call: ast.Call) -> None:
     q = reader.qual(call.func)
     last = q.rsplit(".", 1)[-1]
     handler = HANDLERS.get(last)
+    if handler is None and last.startswith(LIGER_PATCH_PREFIX):
+        handler = _loss
     if handler is None and last.lower().replace("_", "") in OPTIMIZER_CLASSES:
         handler = _optimizer
     if handler is None:
@@ -106,6 +109,8 @@ def on_call(reader: ScriptState, call: ast.Call) -> None:
         handler = _torchtune_builder
     if handler is not None:
         handler(reader, call, q)
+    if last == "from_pretrained" and q.startswith("liger_kernel"):
+        _loss(reader, call, q)
     _generic_keywords(reader, call, last)
 
 
@@ -186,15 +191,25 @@ def _bnb(reader: ScriptState, call: ast.Call, q: str) -> None:
         return
     if reader.value_of(call, "load_in_4bit")[0] is True:
         reader.put("precision", "nf4", call.lineno, 5, "BitsAndBytesConfig(load_in_4bit=True)")
+        # transformers' BitsAndBytesConfig: bnb_4bit_use_double_quant=False unless given
+        dq, how = reader.value_of(call, "bnb_4bit_use_double_quant")
+        how = how or "BitsAndBytesConfig default bnb_4bit_use_double_quant=False"
+        reader.put("double_quant", dq is True, call.lineno, 3, how)
     elif reader.value_of(call, "load_in_8bit")[0] is True:
         reader.put("precision", "int8", call.lineno, 5, "BitsAndBytesConfig(load_in_8bit=True)")
 
 
 def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
-    """litgpt's ``Config.from_name("Llama-2-7b-hf")`` / ``GPT.from_name(...)``, lit-llama's
-    ``LLaMAConfig.from_name("7B")``; LoRA keywords (``lora_r=``, ``lora_query=``) too."""
+    """litgpt's ``Config.from_name("Llama-2-7b-hf")`` / ``GPT.from_name(...)`` /
+    ``Config.from_file(path)``, lit-llama's ``LLaMAConfig.from_name("7B")``; LoRA keywords
+    (``lora_r=``, ``lora_query=``) too, whether or not the name can be read."""
     owner = q.rsplit(".", 1)[0].split(".")[-1]
     if owner not in LIT_CONFIG_OWNERS or not (q.startswith(LIT_MODULES) or q.count(".") == 1):
+        return
+    _lit_config_lora(reader, call)
+    if q.startswith(LIT_MODULES):
+        reader.put("runtime", "litgpt", call.lineno, 2, f"litgpt {owner}")
+    if q.endswith(".from_file"):
         return
     name, how = reader.value_of(call, "name", pos=0)
     if not isinstance(name, str) or not name.strip():
@@ -204,9 +219,17 @@ def _from_name(reader: ScriptState, call: ast.Call, q: str) -> None:
         reader.put("model", size, call.lineno, 3, f"lit-llama {name}: {size}'s shape")
     else:
         reader.model_ref(name, call.lineno, how, prio=3)
-    rank, _ = reader.value_of(call, "lora_r")
+
+
+def _lit_config_lora(reader: ScriptState, call: ast.Call) -> None:
+    """litgpt's ``Config.from_name/from_file(..., lora_r=lora_r, lora_dropout=..., lora_query=...)``:
+    the values are usually the ``setup()`` parameters the litgpt command line fills."""
+    rank, how = reader.value_of(call, "lora_r")
     if isinstance(rank, int) and not isinstance(rank, bool) and 0 < rank <= 1 << 16:
-        reader.put("lora", rank, call.lineno, 3, "lora_r=")
+        reader.put("lora", rank, call.lineno, 3, how or "lora_r=")
+    dropout, how = reader.value_of(call, "lora_dropout")
+    if isinstance(dropout, (int, float)) and not isinstance(dropout, bool) and 0 <= dropout < 1:
+        reader.put("lora_dropout", float(dropout), call.lineno, 3, how or "lora_dropout=")
     switched = [role for role in LITGPT_LORA_ROLES if reader.value_of(call, role)[0] is True]
     roles = [m for role in switched for m in LITGPT_LORA_ROLES[role]]
     if roles:
@@ -329,6 +352,35 @@ def _hf_args(reader: ScriptState, call: ast.Call, q: str) -> None:
         if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24:
             reader.put("seq", v, line, 3, how)
     _hf_sharding(reader, call, line)
+    _hf_liger(reader, call, line)
+
+
+def _loss(reader: ScriptState, call: ast.Call, q: str) -> None:
+    """A call that chooses the training loss (``knowledge.losses``): torchtune's chunked losses,
+    litgpt's ``chunked_cross_entropy``, Liger's fused linear cross-entropy (its per-model patch
+    functions unless ``fused_linear_cross_entropy=False``)."""
+    found = callee_loss(q)
+    if found is None:
+        return
+    layout, why = found
+    if q.rsplit(".", 1)[-1].startswith(LIGER_PATCH_PREFIX):
+        fused, _ = reader.value_of(call, "fused_linear_cross_entropy")
+        if fused is False:
+            crossed, _ = reader.value_of(call, "cross_entropy")
+            if crossed is not True:
+                return
+            layout, why = "plain", "Liger cross_entropy=True: the kernel keeps the logits, no fp32 copy"
+    reader.put("loss", layout, call.lineno, 3, why)
+
+
+def _hf_liger(reader: ScriptState, call: ast.Call, line: int) -> None:
+    """``TrainingArguments(use_liger_kernel=True)``: the Trainer patches the model with Liger's
+    defaults (``_apply_liger_kernel_to_instance``), whose loss is the fused linear cross-entropy."""
+    for key, layout in CONFIG_SWITCHES.items():
+        v, how = reader.value_of(call, key)
+        if v is True:
+            reader.put("loss", layout, line, 3, f"{key}=True: Liger fused linear cross-entropy")
+            return
 
 
 def _hf_optim(reader: ScriptState, call: ast.Call, line: int, last: str) -> None:
@@ -720,6 +772,7 @@ HANDLERS: Dict[str, Handler] = {
     "DDPStrategy": _strategy_object,
     "get_default_supported_precision": _default_precision,
     "from_name": _from_name,
+    "from_file": _from_name,
     "lora": _lit_lora,
     "autocast": _autocast,
     "GradScaler": _grad_scaler,
@@ -738,6 +791,7 @@ HANDLERS: Dict[str, Handler] = {
     "RandomResizedCrop": _image_transform,
     "CenterCrop": _image_transform,
     "RandomCrop": _image_transform,
+    **{name: _loss for name in LOSS_CALLEES},
     **{name: _hf_args for name in HF_ARGS},
     **{name: _hf_trainer for name in HF_TRAINERS},
 }

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from ..knowledge import db
 from .hf_local import model_from_local
 from ..knowledge.model_names import suggestion_text
+from ..knowledge.losses import ACCEPTED as LOSS_ACCEPTED, loss_name
 
 PREFIX = re.compile(r"^#+\s*vram\s*:", re.I)
 
@@ -172,6 +173,7 @@ KEYS = (
     "attention",
     "lora",
     "mode",
+    "loss",
 )
 
 ACCEPTED = {
@@ -189,6 +191,7 @@ ACCEPTED = {
     "context": "a positive integer (8192, 32k)",
     "world": "a positive integer (8)",
     "params": "a count such as 7B, 350M, 124439808",
+    "loss": LOSS_ACCEPTED,
 }
 
 
@@ -333,6 +336,9 @@ def normalise(key: str, raw: str) -> Tuple[Optional[Any], Optional[str]]:
         if value is None or value > LIMITS["params"]:
             return None, f"'params={shown(raw)}' is not {ACCEPTED['params']} (at most 1000T)"
         return value, None
+    if key == "loss":
+        layout = loss_name(text)
+        return (layout, None) if layout else (None, f"'loss={shown(raw)}' is not one of {ACCEPTED[key]}")
     if key == "lora":
         if low in ("off", "none", "0", "false", "no"):
             return 0, None

@@ -38,6 +38,7 @@ ENTRY_CALLS = {
 # option factories whose first positional argument (or default=) is the default
 OPTION_DEFAULTS = ("typer.Option", "typer.Argument")
 CLI_LIBRARIES = ("click", "typer")
+LITGPT_PACKAGES = ("litgpt", "lit_gpt")
 
 
 # --------------------------------------------------------------------------- entry points
@@ -57,6 +58,17 @@ def find_entry_points(reader: ScriptState) -> None:
                 reader.entry_points.setdefault(node.name, reader.qual(deco).rstrip("()"))
     for call in _bare_module_calls(getattr(reader.tree, "body", [])):
         reader.entry_points.setdefault(call.func.id, f"{call.func.id}() at line {call.lineno}")
+    if not reader.entry_points and _litgpt_command_module(reader):
+        reader.entry_points["setup"] = "the litgpt command line (litgpt finetune/pretrain run setup())"
+
+
+def _litgpt_command_module(reader: ScriptState) -> bool:
+    """litgpt's command modules (``litgpt/finetune/lora.py``, ``litgpt/pretrain.py``) have no
+    ``__main__``: ``litgpt finetune lora ...`` (litgpt/__main__.py) runs their ``setup()``."""
+    if not any(v.startswith(LITGPT_PACKAGES) for v in reader.imports.values()):
+        return False
+    body = getattr(reader.tree, "body", [])
+    return any(isinstance(stmt, ast.FunctionDef) and stmt.name == "setup" for stmt in body)
 
 
 def _function_names(node: ast.AST) -> List[str]:

@@ -102,7 +102,9 @@ def model_from_local(text: str, base_dir: Optional[str]) -> Tuple[Optional[Any],
     """``(Model, [], None)``, or ``(None, places looked, why it is unusable)``."""
     path, looked = find_model_config(text, base_dir)
     if path is None:
-        return None, looked, None
+        # no config on this machine: a name whose architecture is known (an assumption, said so)
+        inferred = db.model_from_name(text)
+        return (inferred, [], None) if inferred is not None else (None, looked, None)
     model = db.load_hf_config(path, name=text)
     if model is None:
         return None, looked, (

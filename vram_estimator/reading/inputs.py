@@ -43,7 +43,7 @@ class InputError(Exception):
 
 @dataclass
 class Problems:
-    """Bad values the user wrote, found while reading (exit 3 / TPF102), with their lines."""
+    """Bad values the user wrote, found while reading (exit 2 / TPF102), with their lines."""
 
     items: List[Tuple[int, str]] = field(default_factory=list)
 
@@ -211,9 +211,14 @@ def unknown_model_message(text: str, looked: List[str]) -> str:
     near = closest_models(text)
     hint = f" (closest built-in: {', '.join(near)})" if near else ""
     where = f"; looked in {', '.join(looked[:3])}" if looked else ""
+    # only an org/name id can be downloaded; a config name (litgpt's Config.from_name("tiny_LLaMA_1b"))
+    # or a bare folder name cannot, so the fix does not offer it
+    download = ""
+    if "/" in text:
+        download = f"download its config (huggingface-cli download {text[:120]} config.json), "
     return (
         f"unknown model '{text[:120]}': not built in{hint} and no local config.json{where}; "
-        f"fix: download its config (huggingface-cli download {text[:120]} config.json), pass its folder "
+        f"fix: {download}pass its folder "
         "(--model path/to/model), or name an architecture ('# vram: model=llama-3-8b') or a size "
         "('# vram: params=7B')"
     )

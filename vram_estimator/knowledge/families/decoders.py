@@ -250,7 +250,7 @@ _gated(
     "Gemma 2 (four norms per block)",
     fixed=dict(norms_per_layer=4),
     tied_default=True,
-    caps=("gemma-norm",),
+    caps=("gemma-norm", "attn-softcap"),
 )
 _gated(
     "gemma3",

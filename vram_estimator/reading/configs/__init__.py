@@ -89,6 +89,8 @@ def read_launch_script(path: str) -> ConfigRead:
     if launch.launcher == "litgpt" and quantize in LITGPT_QUANTIZE:
         precision = LITGPT_QUANTIZE[quantize]
         out.settings.append(Setting("precision", precision, "--quantize", 6, line=launch.line))
+        double = quantize.endswith("-dq")
+        out.settings.append(Setting("double_quant", double, "--quantize", 6, line=launch.line))
     if launch.launcher == "tune" and launch.recipe:
         out.settings += _recipe_settings(launch)
     out.refs = list(launch.configs)

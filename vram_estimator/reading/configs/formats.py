@@ -21,6 +21,7 @@ from ..config_comments import LIMITS
 from ..setting_names import interpret, optimizer_name
 from ..tables import LIGHTNING_PRECISION, LITGPT_LORA_ROLES, OPTIMIZER_CLASSES
 from .loader import Doc
+from ...knowledge.losses import CONFIG_SWITCHES, callee_loss
 
 
 @dataclass
@@ -182,7 +183,14 @@ def _seq(value: Any) -> List[Setting]:
     return [Setting("seq", n, "", 4)] if n else []
 
 
+def _liger_switch(layout: str) -> Callable[[Any], List[Setting]]:
+    """``use_liger_kernel: true`` (HF arguments) / ``liger_fused_linear_cross_entropy: true``
+    (axolotl's Liger plugin): the fused linear cross-entropy loss."""
+    return lambda value: [Setting("loss", layout, "", 4)] if value is True else []
+
+
 FLAT_EXTRAS: Dict[str, Callable[[Any], List[Setting]]] = {
+    **{key: _liger_switch(layout) for key, layout in CONFIG_SWITCHES.items()},
     "adapter": _adapter,
     "bf16": _mixed("bf16"),
     "fp16": _mixed("fp16"),
@@ -227,10 +235,16 @@ def _litgpt(doc: Doc) -> List[Setting]:
     if devices:
         out.append(Setting("world", devices * nodes, "devices", 4))
     out += _litgpt_lora(d) + _litgpt_train(d) + _litgpt_launch(d)
+    # every litgpt training script runs model(..., lm_head_chunk_size=128) into
+    # chunked_cross_entropy (litgpt/finetune/*.py, litgpt/pretrain.py)
+    out.append(Setting("loss", "litgpt-chunked", "litgpt's training loop: chunked_cross_entropy", 2))
+    out.append(Setting("runtime", "litgpt", "a litgpt config", 2))
     out += _optimizer_settings(d.get("optimizer"), "optimizer", 4)
     quantize = d.get("quantize")
     if isinstance(quantize, str) and quantize in LITGPT_QUANTIZE:
         out.append(Setting("precision", LITGPT_QUANTIZE[quantize], "quantize", 6))
+        # Lightning's BitsandbytesPrecision: _NF4Linear compress_statistics=False, _NF4DQLinear True
+        out.append(Setting("double_quant", quantize.endswith("-dq"), "quantize", 6))
         # litgpt's finetune scripts swap the AdamW they are given for bitsandbytes' PagedAdamW
         # when the model is quantised (litgpt.utils.instantiate_bnb_optimizer)
         out.append(Setting("optimizer", "paged-adamw", "quantize", 5))
@@ -270,8 +284,12 @@ def _litgpt_launch(d: Dict[str, Any]) -> List[Setting]:
     checkpointing."""
     field = "devices > 1 (litgpt's launcher)"
     if "checkpoint_dir" in d and "lora_r" in d:
-        # finetune lora: ModelParallelStrategy whose parallelize_fn applies FSDP2 fully_shard
-        out = [Setting("sharding", "fsdp2", field + ": FSDP2 fully_shard", 3, multi_rank=True)]
+        # finetune lora: FSDPStrategy(auto_wrap_policy={Block}) (FSDP1, frozen and LoRA weights in
+        # one flat parameter per block) up to litgpt 0.5.4; ModelParallelStrategy whose
+        # parallelize_fn applies FSDP2 fully_shard from 0.5.5 (#2086).  A config does not say which
+        why = field + ": FSDP1 Block units (litgpt <= 0.5.4; FSDP2 from 0.5.5)"
+        out = [Setting("sharding", "fsdp", why, 3, multi_rank=True),
+               Setting("fsdp_units", "litgpt", why, 3, multi_rank=True)]
     else:
         # full / adapter / pretrain: FSDPStrategy(auto_wrap_policy={Block}), one FSDP1 unit a block
         out = [Setting("sharding", "fsdp", field + ": FSDP, one unit per block", 3, multi_rank=True),
@@ -346,7 +364,20 @@ def _torchtune(doc: Doc) -> List[Setting]:
     if d.get("optimizer_in_bwd") is True:
         out.append(Setting("optimizer_in_bwd", True, "optimizer_in_bwd", 4))
     out += _optimizer_settings(d.get("optimizer"), "optimizer._component_", 4)
-    return out + _torchtune_recipe(doc)
+    return out + _torchtune_loss(d.get("loss")) + _torchtune_recipe(doc)
+
+
+def _torchtune_loss(loss: Any) -> List[Setting]:
+    """``loss: {_component_: torchtune.modules.loss.CEWithChunkedOutputLoss}``; a plain
+    ``torch.nn.CrossEntropyLoss`` in a recipe gets logits the model already upcast
+    (torchtune's ``TransformerDecoder``: ``output = self.output(h).float()``), the Hugging Face
+    layout."""
+    component = loss.get("_component_") if isinstance(loss, dict) else None
+    if not isinstance(component, str):
+        return []
+    found = callee_loss(component)
+    layout = found[0] if found else ("hf" if component.endswith("CrossEntropyLoss") else None)
+    return [Setting("loss", layout, "loss._component_", 4)] if layout else []
 
 
 def _torchtune_recipe(doc: Doc) -> List[Setting]:
