@@ -101,6 +101,7 @@ class Result:
     input_error: Optional[str] = None
     sweeps: List[Sweep] = field(default_factory=list)
     model_problem: Optional[Tuple[int, str]] = None  # an unknown model read from the script
+    traced: Optional[Any] = None  # tracing.compare.TraceOutcome when --trace was asked for
 
     @property
     def verdict(self) -> Optional[str]:

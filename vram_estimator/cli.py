@@ -11,6 +11,9 @@ Every ``# vram:`` comment key has a flag of the same name; flags win over commen
 over config files, which win over what is read from the script.  Every flag is checked
 before anything is estimated: a bad value is one ``vram-estimate: error:`` line.
 
+``--trace`` adds a traced estimate beside the static one (docs/vram.md, "Traced estimate");
+without torch and transformers it is one line and the bad-input exit status.
+
 Exit status: 0 fits (or no target), 1 tight, 2 oom, 3 bad input (a flag, a ``# vram:``
 comment or a config value that is wrong; an unknown model or GPU), 4 no model named,
 5 an input that cannot be read (missing, undecodable, a syntax error, an unreadable config).
@@ -78,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     for key in KEYS:
         p.add_argument(f"--{key}", default=None, type=_checked(key), help=f"same as '# vram: {key}=...'")
     p.add_argument("--lora-targets", default=None, help="comma-separated LoRA target modules, or all-linear")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="also build the model with transformers on fake tensors and trace one step under "
+        "PyTorch's memory tracker (needs the [trace] extra: torch, transformers; peft for LoRA); "
+        "both estimates side by side",
+    )
     p.add_argument(
         "--gpus", dest="world", default=None, type=_checked("world"), help="ranks of the run; same as --world"
     )
@@ -149,6 +159,31 @@ def exit_status(result: Any) -> int:
     return {"fits": EXIT_FITS, "tight": EXIT_TIGHT, "oom": EXIT_OOM}.get(result.estimate.verdict or "fits", 0)
 
 
+def _listing(inputs: List[str], fmt: str) -> Optional[str]:
+    """``vram-estimate gpus`` / ``models``: the table, or None for any other command line."""
+    if len(inputs) != 1 or inputs[0] not in ("gpus", "models"):
+        return None
+    return _list_gpus(fmt) if inputs[0] == "gpus" else _list_models(fmt)
+
+
+def _trace_possible() -> bool:
+    """``--trace`` without torch or transformers: one line, and the caller exits with the bad-input status."""
+    from .tracing import missing
+
+    why = missing()
+    if why:
+        print(f"vram-estimate: {why}", file=sys.stderr)
+    return why is None
+
+
+def _attach_trace(args: argparse.Namespace, result: Any) -> None:
+    """With ``--trace``, the traced estimate beside a static one (not when there is none)."""
+    if args.trace and result.estimate is not None:
+        from .tracing.compare import traced_estimate
+
+        result.traced = traced_estimate(result.estimate)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """The `vram-estimate` command; a reader that stops early (`| head`) ends it quietly."""
     try:
@@ -170,12 +205,11 @@ def _main(argv: Optional[List[str]]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a usage error (2) or --help (0), already printed
         return int(exc.code or 0)
-    first = args.inputs[0] if args.inputs else None
-    if first == "gpus" and len(args.inputs) == 1:
-        print(_list_gpus(args.format))
-        return 0
-    if first == "models" and len(args.inputs) == 1:
-        print(_list_models(args.format))
+    if args.trace and not _trace_possible():
+        return EXIT_BAD_INPUT
+    listing = _listing(args.inputs, args.format)
+    if listing is not None:
+        print(listing)
         return 0
     overrides = {k: getattr(args, k) for k in KEYS if getattr(args, k) is not None}
     if args.lora_targets:
@@ -190,6 +224,7 @@ def _main(argv: Optional[List[str]]) -> int:
             parser.print_help()
             return EXIT_NO_MODEL
         result = estimate_config(**overrides)
+    _attach_trace(args, result)
     name = configs[0] if configs and configs[0].lower().endswith((".sh", ".bash")) else script
     name = name or (configs[0] if configs else None)
     if result.input_error and args.format == "text":

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .api import Result, Sweep
 from .reading.config_comments import KEYS
 from .costs.estimate import Estimate
+from .tracing.render import trace_json, trace_lines
 
 GIB = 1024**3
 TERM_KEYS = {
@@ -183,6 +184,7 @@ def text_report(result: Result, filename: Optional[str] = None) -> str:
     lines = [_title(est, filename), _settings_line(est), ""]
     lines += _breakdown_lines(est)
     lines += _verdict_lines(est)
+    lines += trace_lines(result.traced, est)
     lines += sweep_lines(result)
     lines += [f"note: {note}" for note in est.notes + (result.facts.notes if result.facts else [])]
     lines += _remedy_lines(result)
@@ -355,6 +357,8 @@ def json_report(result: Result, filename: Optional[str] = None) -> Dict[str, Any
     if est.target:
         doc.update(_json_judged(result))
     doc["notes"] = est.notes + (result.facts.notes if result.facts else [])
+    if result.traced is not None:
+        doc["traced"] = trace_json(result.traced, est)
     return doc
 
 
