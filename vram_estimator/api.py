@@ -27,6 +27,7 @@ from .reading.config_comments import (
     read_comments,
 )
 from .costs.estimate import Estimate, estimate
+from .costs.activations import family_default_attention, traced_tables
 from .reading.inputs import (
     InputError,
     Problems,
@@ -167,7 +168,7 @@ def resolve(
     _accumulation(s)
     default("offload", "none")
     default("checkpointing", "off")
-    default("attention", "sdpa", "default (transformers picks sdpa where available)")
+    default("attention", *_default_attention(spec))
     default("lora", 0)
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
     deepspeed = s["sharding"].value in ("zero1", "zero2", "zero3")
@@ -175,6 +176,16 @@ def resolve(
         p = s["precision"]
         s["precision"] = Value(p.value.split("-")[0], p.source + "; DeepSpeed holds half-precision params")
     return s
+
+
+def _default_attention(spec) -> Tuple[str, str]:
+    """What the library runs the model's family on when the script sets nothing: the traced
+    table's record of transformers' default (SDPA where the class supports it, else eager)."""
+    traced = family_default_attention(spec.family.name) if spec else None
+    if traced is None:
+        return "sdpa", "default (transformers picks sdpa where available)"
+    library = traced_tables()["families"][spec.family.name]["implementation"]
+    return traced, f"default ({library} runs {traced} unless attn_implementation is set)"
 
 
 def _prompt_from_context(s: Dict[str, Value]) -> None:
