@@ -103,6 +103,9 @@ MODE = {"attention": "sdpa"}  # "flash": every SDPA call keeps flash_attn's save
 def _cuda_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """torch's CUDA kernel choice (sdp_utils.cpp: flash for half inputs without a mask, else the
     memory-efficient kernel, which takes masks and GQA on CUDA), with that kernel's saved tensors."""
+    if torch.is_autocast_enabled("cpu"):  # CUDA autocast runs SDPA in the low dtype (its fp16 list)
+        low = torch.get_autocast_dtype("cpu")
+        q, k, v = q.to(low), k.to(low), v.to(low)
     half = q.dtype in (torch.float16, torch.bfloat16)
     s = q.shape[-2]
     if MODE["attention"] == "flash" or (half and attn_mask is None and q.shape[-1] <= 256):
@@ -158,6 +161,7 @@ def _deepseek(sz):
                 q_lora_rank=sz["h"] // 2, kv_lora_rank=sz["h"] // 4, qk_nope_head_dim=sz["hd"],
                 qk_rope_head_dim=sz["hd"] // 2, v_head_dim=sz["hd"])
     kw.pop("head_dim")
+    kw["num_key_value_heads"] = sz["heads"]  # MLA expands K and V to every head
     return kw
 
 
@@ -183,7 +187,8 @@ def _neox(sz):
 
 
 def _opt(sz):
-    return dict(hidden_size=sz["h"], ffn_dim=sz["ff"], num_attention_heads=sz["heads"], num_hidden_layers=sz["L"],
+    return dict(hidden_size=sz["h"], ffn_dim=sz["ff"], num_attention_heads=sz["heads"],
+                num_hidden_layers=sz["L"],
                 vocab_size=sz["v"], word_embed_proj_dim=sz["h"], max_position_embeddings=512)
 
 
@@ -266,12 +271,14 @@ def _grid(variant, seed=0):
         # batch >= 2 and KV heads >= 2: with one sequence or one KV head some views need no copy
         # (a single-sequence run keeps up to one K/V-sized tensor per block less than the table)
         for h, ff, n, hd, kvs, L, b, s, v, e in itertools.product(
-                (64, 128), (96, 256), (4, 8), (16, 32), ("some", "all"), (1, 2), (2, 3), (32, 64), (96, 160), (4, 8)):
+                (64, 128), (96, 256), (4, 8), (16, 32), ("some", "all"), (1, 2), (2, 3), (32, 64), (96, 160),
+                (4, 8)):
             if variant in ("mha", "gqa-nohd", "pixels"):
                 hd = h // n
             kv = n if kvs == "all" or variant == "mha" else 2
-            full.append(dict(h=h, ff=ff, heads=n, hd=hd, kv=kv, L=L, b=b, s=s, v=v, e=e if variant == "moe" else 1))
-        check = dict(h=192, ff=320, heads=6, hd=32 if variant in ("gqa", "moe") else 32, kv=2, L=3, b=2, s=96, v=128,
+            e = e if variant == "moe" else 1
+            full.append(dict(h=h, ff=ff, heads=n, hd=hd, kv=kv, L=L, b=b, s=s, v=v, e=e))
+        check = dict(h=192, ff=320, heads=6, hd=32, kv=2, L=3, b=2, s=96, v=128,
                      e=4 if variant == "moe" else 1)
         if variant == "mha":
             check["kv"] = 6
@@ -310,7 +317,8 @@ def features(sz, ours, variant):
     else:
         tokens_per = sz["s"]
     T, L = sz["b"] * tokens_per, d.layers
-    per_layer = dict(h=d.hidden, ff=d.ff, q=d.q_dim, kv=d.kv_dim, hs=d.heads * tokens_per, s=tokens_per, heads=d.heads,
+    per_layer = dict(h=d.hidden, ff=d.ff, q=d.q_dim, kv=d.kv_dim, hs=d.heads * tokens_per, s=tokens_per,
+                     heads=d.heads,
                      rep=d.q_dim if d.kv_heads < d.heads else 0,
                      e=ours.config.get("experts", 1), one=1)
     out = {f"layer.{k if k != 'one' else '1'}": L * T * v for k, v in per_layer.items()}
@@ -353,7 +361,8 @@ def fit(rows):
     return {names[j]: round(float(c), 4) for j, c in zip(kept, coef) if abs(c) > 1e-3}, residual
 
 
-ORDER = ("layer.h", "layer.ff", "layer.hs", "layer.q", "layer.kv", "layer.heads", "layer.rep", "layer.1", "layer.e", "layer.s",
+ORDER = ("layer.h", "layer.ff", "layer.hs", "layer.q", "layer.kv", "layer.heads", "layer.rep", "layer.1",
+         "layer.e", "layer.s",
          "outside.h", "outside.v", "outside.pix", "outside.1", "outside.hd_pos", "outside.s")
 
 
@@ -407,18 +416,22 @@ def provenance(argv):
                 command="PYTHONPATH=. python calibration/trace_activations.py " + " ".join(argv),
                 date=datetime.date.today().isoformat(),
                 method=__doc__.split("\n\n")[1].replace("\n", " "),
-                layer_features="per layer per token: h hidden, ff MLP width (MoE: the active experts' widths), "
+                layer_features="per layer per token: h hidden, ff MLP width (MoE: the active experts' "
+                               "widths), "
                                "q = heads x head_dim, kv = KV heads x head_dim, hs = heads x sequence, "
-                               "heads (the kernels' log-sum-exp), rep = q when KV heads are fewer than heads (repeat_kv "
+                               "heads (the kernels' log-sum-exp), rep = q when KV heads are fewer than heads "
+                               "(repeat_kv "
                                "copies), s sequence, e = experts, 1",
-                outside_features="per token: h hidden, v vocabulary (logit-side saves such as a soft-cap's tanh; "
+                outside_features="per token: h hidden, v vocabulary (logit-side saves such as a soft-cap's "
+                                 "tanh; "
                                  "the loss is not traced), s sequence (a mask per sequence pair), 1; "
                                  "hd_pos: head_dim per sequence position (rotary tables, shared by the "
                                  "batch); pix: per input pixel value (vision)",
                 cuda_layouts="F.dropout as native_dropout (bool mask); F.scaled_dot_product_attention with "
                              "the save set of the CUDA kernel torch would pick",
                 not_traced="checkpointing (block inputs, hand-priced), the loss and its logits "
-                           "(the logits term), encoder-decoders, CLIP, CNNs and diffusion models (hand-priced)")
+                           "(the logits term), encoder-decoders, CLIP, CNNs and diffusion models "
+                           "(hand-priced)")
 
 
 def main(argv=None):

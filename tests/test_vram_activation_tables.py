@@ -3,7 +3,6 @@
 static path uses them and says so, and -- where torch and transformers are installed -- a sample
 regenerated from the library's code matches the committed table."""
 
-import json
 import os
 import sys
 

@@ -77,7 +77,8 @@ HAND_PRICED = {
     "t5": "encoder-decoder: BART's coefficients",
     "whisper": "encoder-decoder: BART's coefficients (the convolutional front end unpriced)",
     "clip": "two towers: ViT and BERT-style encoder coefficients",
-    "resnet": "CNN: bytes per image measured for ResNet-18/50 (calibration/measure_cnn.py), else per parameter",
+    "resnet": "CNN: bytes per image measured for ResNet-18/50 (calibration/measure_cnn.py), else per "
+    "parameter",
     "convnext": "CNN: bytes per image measured for ConvNeXt-T, else per parameter",
     "efficientnet": "CNN: bytes per parameter",
     "unet2d": "diffusers UNet: bytes per latent pixel from published SD-1.5 peaks",
@@ -127,7 +128,8 @@ def traced_outside_bytes(table: Dict[str, Any], shape: "Shape", s: int, sequence
     """Bytes outside the blocks (embeddings, final norm, rotary tables, masks, pixel input)
     for ``sequences`` sequences of ``s`` tokens."""
     d, co = shape.dims, table["outside"]
-    per_token = co.get("h", 0.0) * d.hidden + co.get("v", 0.0) * d.vocab + co.get("s", 0.0) * s + co.get("1", 0.0)
+    per_token = co.get("h", 0.0) * d.hidden + co.get("v", 0.0) * d.vocab + co.get("s", 0.0) * s
+    per_token += co.get("1", 0.0)
     total = per_token * s * sequences + co.get("hd_pos", 0.0) * d.head_dim * s
     return total + co.get("pix", 0.0) * 3 * shape.image**2 * sequences
 
@@ -338,7 +340,7 @@ def _block_and_final(shape: Shape, style: str, tokens: int, s: int, traced: bool
         return traced_layer_bytes(table, shape, s), outside, source
     co = coefficients()["transformer"][style][shape.pc]
     final = (co.get("final", 0.0) * shape.dims.hidden + co.get("tok", 0.0)) * tokens
-    return layer_bytes(co, shape, s), final, f"hand-priced ({style} coefficients fitted on Llama/GPT-2/BERT/ViT stand-ins)"
+    return layer_bytes(co, shape, s), final, f"hand-priced ({style} coefficients fitted on stand-in models)"
 
 
 def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int, traced: bool = True) -> Acts:
@@ -366,20 +368,33 @@ def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int, traced: b
         return Acts(stored, one + masks, "", True, source + "; checkpointed block inputs hand-priced")
     head_input = shape.linear_input_bytes * d.hidden * tokens if shape.frozen else 0.0
     stored = layers * one + max(0, layers - 1) * masks + first_masks
-    stored += max(0.0, outside - head_input)
+    stored += max(0.0, outside - head_input - _first_norm_saving(shape, source) * tokens)
     return Acts(stored, one + masks, "", True, source)
+
+
+def _first_norm_saving(shape: Shape, source: str) -> float:
+    """Per token: under LoRA the embeddings are frozen, so the first block's input needs no
+    gradient and its first norm keeps nothing (a traced table counts its input, in fp32 for
+    RMSNorm, which computes in fp32, and its statistics); measured on the CPU stacks of
+    calibration/runtime.json (two-block models: 4-6 % of the stack)."""
+    if not (shape.frozen and source.startswith("traced")):
+        return 0.0
+    wide = 4 if (shape.pc != "half" or "rmsnorm" in shape.capabilities) else 2
+    return wide * shape.dims.hidden + 4
 
 
 def _decoder(shape: Shape) -> Acts:
     tokens = shape.batch * shape.seq
     a = _stack(shape, shape.style or "decoder_gated", shape.dims.layers, tokens, shape.seq)
-    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens", True, a.source)
+    note = f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens"
+    return Acts(a.stored, a.one_block, note, True, a.source)
 
 
 def _encoder(shape: Shape) -> Acts:
     tokens = shape.batch * shape.seq
     a = _stack(shape, "encoder", shape.dims.layers, tokens, shape.seq)
-    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens", True, a.source)
+    note = f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens"
+    return Acts(a.stored, a.one_block, note, True, a.source)
 
 
 def _encdec(shape: Shape) -> Acts:
@@ -415,7 +430,8 @@ def _patches(shape: Shape) -> int:
 def _vit(shape: Shape) -> Acts:
     n = _patches(shape)
     a = _stack(shape, "vit", shape.dims.layers, shape.batch * n, n)
-    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{n} patches", True, a.source)
+    note = f"{shape.dims.layers} blocks x {shape.batch}x{n} patches"
+    return Acts(a.stored, a.one_block, note, True, a.source)
 
 
 def _clip(shape: Shape) -> Acts:
@@ -449,7 +465,9 @@ def _cnn(shape: Shape) -> Acts:
     per_image = shape.per_image or table["_default_per_param"][shape.pc] * (shape.params or 25e6)
     stored = per_image * (shape.image / 224.0) ** 2 * shape.batch
     note = f"{shape.batch} images at {shape.image}px"
-    source = "measured per image (calibration/measure_cnn.py)" if shape.per_image else "hand-priced (bytes per parameter)"
+    source = "measured per image (calibration/measure_cnn.py)"
+    if not shape.per_image:
+        source = "hand-priced (bytes per parameter)"
     if shape.checkpointing:
         return Acts(stored * 0.35, stored * 0.25, note, bool(shape.per_image), source)
     return Acts(stored, stored * 0.25, note, bool(shape.per_image), source)
@@ -470,9 +488,10 @@ def _dit(shape: Shape) -> Acts:
     """Image tokens of the latent ((image / 8 / patch)^2) plus the text tokens, through every
     stream of every block with the encoder coefficients (GELU MLP, LayerNorm); unmeasured."""
     tokens_per_sample = (shape.image // 8 // max(1, shape.dims.patch)) ** 2 + shape.dims.text_tokens
-    a = _stack(shape, "encoder", shape.dims.layers, shape.batch * tokens_per_sample, tokens_per_sample, traced=False)
+    tokens = shape.batch * tokens_per_sample
+    a = _stack(shape, "encoder", shape.dims.layers, tokens, tokens_per_sample, traced=False)
     note = f"{shape.dims.layers} block streams x {shape.batch}x{tokens_per_sample} tokens"
-    return Acts(a.stored, a.one_block, note, False, "hand-priced (BERT-style encoder coefficients, unmeasured)")
+    return Acts(a.stored, a.one_block, note, False, "hand-priced (BERT-style encoder coefficients)")
 
 
 ACTIVATION_MODELS: Dict[str, Callable[[Shape], Acts]] = {
