@@ -199,8 +199,9 @@ def _phi(sz):
 
 
 def _falcon(sz):
-    # falcon-7b: multi-query, parallel attention and MLP, the old decoder layout
-    return dict(hidden_size=sz["h"], ffn_hidden_size=sz["ff"], num_attention_heads=sz["heads"],
+    # falcon-7b: multi-query, parallel attention and MLP, the old decoder layout, MLP 4h (what the
+    # estimator reads)
+    return dict(hidden_size=sz["h"], ffn_hidden_size=4 * sz["h"], num_attention_heads=sz["heads"],
                 num_hidden_layers=sz["L"], vocab_size=sz["v"], multi_query=True, parallel_attn=True,
                 new_decoder_architecture=False, max_position_embeddings=512)
 
@@ -221,7 +222,8 @@ def _vit(sz):
 
 
 def _dinov2(sz):
-    return dict(hidden_size=sz["h"], mlp_ratio=sz["ff"] / sz["h"], num_attention_heads=sz["heads"],
+    # the estimator reads DINOv2's MLP as 4h (every released size but giant's SwiGLU)
+    return dict(hidden_size=sz["h"], mlp_ratio=4, num_attention_heads=sz["heads"],
                 num_hidden_layers=sz["L"], patch_size=sz["patch"], image_size=sz["image"])
 
 
@@ -245,7 +247,7 @@ FAMILIES = {
     "gpt_bigcode": ("gpt_bigcode", "GPTBigCodeForCausalLM", lambda sz: _gpt2(sz, multi_query=True), "mha"),
     "neox": ("gpt_neox", "GPTNeoXForCausalLM", _neox, "mha"),
     "opt": ("opt", "OPTForCausalLM", _opt, "mha"),
-    "phi": ("phi", "PhiForCausalLM", _phi, "gqa-nohd"),
+    "phi": ("phi", "PhiForCausalLM", _phi, "mha"),  # phi-1/1.5/2: as many KV heads as heads
     "falcon": ("falcon", "FalconForCausalLM", _falcon, "mha"),
     "bert": ("bert", "BertModel", _bert, "mha"),
     "distilbert": ("distilbert", "DistilBertModel", _distilbert, "mha"),
@@ -273,7 +275,7 @@ def _grid(variant, seed=0):
         for h, ff, n, hd, kvs, L, b, s, v, e in itertools.product(
                 (64, 128), (96, 256), (4, 8), (16, 32), ("some", "all"), (1, 2), (2, 3), (32, 64), (96, 160),
                 (4, 8)):
-            if variant in ("mha", "gqa-nohd", "pixels"):
+            if variant in ("mha", "pixels"):
                 hd = h // n
             kv = n if kvs == "all" or variant == "mha" else 2
             e = e if variant == "moe" else 1
@@ -317,13 +319,14 @@ def features(sz, ours, variant):
     else:
         tokens_per = sz["s"]
     T, L = sz["b"] * tokens_per, d.layers
+    experts = ours.config.get("experts", 1)
     per_layer = dict(h=d.hidden, ff=d.ff, q=d.q_dim, kv=d.kv_dim, hs=d.heads * tokens_per, s=tokens_per,
-                     heads=d.heads,
-                     rep=d.q_dim if d.kv_heads < d.heads else 0,
-                     e=ours.config.get("experts", 1), one=1)
+                     heads=d.heads, rep=d.q_dim if d.kv_heads < d.heads else 0, e=experts,
+                     e_ff=experts * ours.config.get("moe_ff", ours.config.get("ff", 0)), one=1)
     out = {f"layer.{k if k != 'one' else '1'}": L * T * v for k, v in per_layer.items()}
     out.update({"outside.h": T * d.hidden, "outside.v": T * d.vocab, "outside.1": T,
-                "outside.hd_pos": tokens_per * d.head_dim, "outside.s": T * tokens_per})
+                "outside.s": T * tokens_per,
+                "outside.hd_pos": tokens_per * d.head_dim, "outside.h_pos": tokens_per * d.hidden})
     if variant == "pixels":
         out["outside.pix"] = sz["b"] * 3 * sz["image"] ** 2
     return out
@@ -362,8 +365,8 @@ def fit(rows):
 
 
 ORDER = ("layer.h", "layer.ff", "layer.hs", "layer.q", "layer.kv", "layer.heads", "layer.rep", "layer.1",
-         "layer.e", "layer.s",
-         "outside.h", "outside.v", "outside.pix", "outside.1", "outside.hd_pos", "outside.s")
+         "layer.e", "layer.s", "layer.e_ff",
+         "outside.h", "outside.v", "outside.pix", "outside.1", "outside.hd_pos", "outside.h_pos", "outside.s")
 
 
 def predict(coef, feats):
@@ -421,12 +424,14 @@ def provenance(argv):
                                "q = heads x head_dim, kv = KV heads x head_dim, hs = heads x sequence, "
                                "heads (the kernels' log-sum-exp), rep = q when KV heads are fewer than heads "
                                "(repeat_kv "
-                               "copies), s sequence, e = experts, 1",
+                               "copies), s sequence, e = experts, e_ff = experts x expert width (an "
+                               "implementation that runs every expert on every token), 1",
                 outside_features="per token: h hidden, v vocabulary (logit-side saves such as a soft-cap's "
                                  "tanh; "
                                  "the loss is not traced), s sequence (a mask per sequence pair), 1; "
-                                 "hd_pos: head_dim per sequence position (rotary tables, shared by the "
-                                 "batch); pix: per input pixel value (vision)",
+                                 "hd_pos / h_pos: head_dim / hidden per sequence position (rotary tables, "
+                                 "interpolated position embeddings: shared by the batch); pix: per input "
+                                 "pixel value (vision)",
                 cuda_layouts="F.dropout as native_dropout (bool mask); F.scaled_dot_product_attention with "
                              "the save set of the CUDA kernel torch would pick",
                 not_traced="checkpointing (block inputs, hand-priced), the loss and its logits "

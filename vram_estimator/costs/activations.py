@@ -120,6 +120,7 @@ def traced_layer_bytes(table: Dict[str, Any], shape: "Shape", s: int) -> float:
     d = shape.dims
     features = dict(h=d.hidden, ff=d.ff, q=d.q_dim, kv=d.kv_dim, hs=d.heads * s, heads=d.heads, s=s,
                     e=shape.config.get("experts", 1) or 1, rep=d.q_dim if d.kv_heads < d.heads else 0)
+    features["e_ff"] = features["e"] * shape.config.get("moe_ff", shape.config.get("ff", 0))
     features["1"] = 1
     return sum(c * features.get(k, 0.0) for k, c in table["layer"].items())
 
@@ -130,7 +131,8 @@ def traced_outside_bytes(table: Dict[str, Any], shape: "Shape", s: int, sequence
     d, co = shape.dims, table["outside"]
     per_token = co.get("h", 0.0) * d.hidden + co.get("v", 0.0) * d.vocab + co.get("s", 0.0) * s
     per_token += co.get("1", 0.0)
-    total = per_token * s * sequences + co.get("hd_pos", 0.0) * d.head_dim * s
+    per_position = co.get("hd_pos", 0.0) * d.head_dim + co.get("h_pos", 0.0) * d.hidden
+    total = (per_token * sequences + per_position) * s
     return total + co.get("pix", 0.0) * 3 * shape.image**2 * sequences
 
 
