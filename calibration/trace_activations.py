@@ -448,10 +448,15 @@ def main(argv=None):
     warnings.filterwarnings("ignore")
     tf.logging.set_verbosity_error()
     chosen = [f for f in args.families.split(",") if f] or list(FAMILIES)
-    doc = {"_provenance": provenance(sys.argv[1:] if argv is None else argv), "families": {}}
-    if os.path.exists(args.out) and args.families:
+    shown = ["--families", args.families] if args.families else []
+    doc = {"_provenance": provenance(shown), "families": {}}
+    if os.path.exists(args.out) and args.families:  # redo some families, keep the rest
         with open(args.out, encoding="utf-8") as handle:
-            doc["families"] = json.load(handle).get("families", {})
+            earlier = json.load(handle)
+        doc["families"] = earlier.get("families", {})
+        doc["_provenance"] = dict(earlier.get("_provenance", {}) or doc["_provenance"])
+        doc["_provenance"].setdefault("updated", []).append(provenance(shown)["command"] + " on "
+                                                            + datetime.date.today().isoformat())
     cuda_layouts(True)
     try:
         for family in chosen:
