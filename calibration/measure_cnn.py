@@ -1,4 +1,5 @@
-"""Measure saved-activation bytes per image for the CNN families (ResNet, ConvNeXt) on CPU.
+"""Measure saved-activation bytes per image for the CNN families (ResNet, ConvNeXt) on CPU: every
+built-in ResNet and ConvNeXt.
 
 Uses the Hugging Face implementations (``ResNetModel``/``ConvNextModel`` + a linear head),
 whose parameter counts equal torchvision's (checked in tests/test_vram_db.py).  The per-image
@@ -46,7 +47,8 @@ def main():
     path = os.path.join(ROOT, "vram_estimator", "data", "coefficients.json")
     co = json.load(open(path))
     rows = []
-    for key in ("resnet18", "resnet50", "convnext-tiny"):
+    keys = sorted(k for k in db.models() if k.startswith(("resnet", "convnext")))
+    for key in keys:
         torch.manual_seed(0)
         for precision in ("fp32", "bf16-mixed", "bf16"):
             model = build(key)
