@@ -77,18 +77,13 @@ HAND_PRICED = {
     "t5": "encoder-decoder: BART's coefficients",
     "whisper": "encoder-decoder: BART's coefficients (the convolutional front end unpriced)",
     "clip": "two towers: ViT and BERT-style encoder coefficients",
+    "resnet": "CNN: bytes per image measured for ResNet-18/50 (calibration/measure_cnn.py), else per "
+    "parameter",
+    "convnext": "CNN: bytes per image measured for ConvNeXt-T, else per parameter",
     "efficientnet": "CNN: bytes per parameter",
     "unet2d": "diffusers UNet: bytes per latent pixel from published SD-1.5 peaks",
     "flux": "diffusers DiT: BERT-style encoder coefficients over every stream",
     "sd3": "diffusers DiT: BERT-style encoder coefficients over every stream",
-}
-
-# CNN families whose built-in models are traced one by one (saved bytes per image of the Hugging
-# Face class at the published configuration, calibration/measure_cnn.py; ``coefficients.json``
-# "cnn"); a config of another depth falls back to bytes per parameter
-MEASURED_PER_MODEL = {
-    "resnet": "ResNetForImageClassification, every built-in depth",
-    "convnext": "ConvNextForImageClassification, every built-in size",
 }
 
 # an attention setting -> the traced kernel standing for it: SDPA's math kernel keeps the
@@ -472,7 +467,7 @@ def _cnn(shape: Shape) -> Acts:
     per_image = shape.per_image or table["_default_per_param"][shape.pc] * (shape.params or 25e6)
     stored = per_image * (shape.image / 224.0) ** 2 * shape.batch
     note = f"{shape.batch} images at {shape.image}px"
-    source = "traced per image from transformers' class (calibration/measure_cnn.py)"
+    source = "measured per image (calibration/measure_cnn.py)"
     if not shape.per_image:
         source = "hand-priced (bytes per parameter)"
     if shape.checkpointing:
