@@ -342,7 +342,8 @@ def trace(family, sz, precision, attention):
     model.train()
     MODE["attention"] = "flash" if attention == "flash" else "sdpa"
     total, out = saved_during(model, lambda: model(**inputs), autocast=precision == "mixed")
-    del out, model
+    del out
+    model = None  # noqa: F841  (free it before collecting)
     gc.collect()  # the autograd graphs of ~700 traces hold reference cycles
     return total, features(sz, ours, FAMILIES[family][3])
 
