@@ -17,9 +17,19 @@ from vram_estimator.knowledge.families import family as family_entry  # noqa: E4
 
 
 def estimate_of(family, cfg, batch, seq, image, precision, attention, ckpt, dec_seq=None):
-    """The activation term for a calibration config of ``family`` (fully trainable)."""
+    """The hand-priced activation term (``coefficients.json``, what families without a traced
+    table use) for a calibration config of ``family`` (fully trainable): the rows of
+    activations.json measure those coefficients on the CPU's own layouts; the traced tables have
+    their own check (calibration/trace_activations.py, tests/test_vram_activation_tables.py)."""
+    from dataclasses import replace
+
+    from vram_estimator.reading.config_comments import Value
+
     model = db.Model(key="calibration", family=family_entry(family), config=cfg)
-    return E.activation_bytes(model, batch, seq, image, precision, attention, ckpt, dec_seq=dec_seq).stored
+    given = dict(model=model, batch=batch, seq=seq, image=image, precision=precision, attention=attention,
+                 checkpointing="on" if ckpt else "off", decoder_seq=dec_seq, mode="train")
+    s = E.setup({k: Value(v, "calibration") for k, v in given.items() if v is not None})
+    return A.ACTIVATION_MODELS[s.model.kind](replace(s.shape(), family="")).stored
 
 
 FAMILY = {"decoder_gated": "llama", "decoder_gelu": "gpt2", "encoder": "bert", "encdec": "bart", "vit": "vit"}
@@ -125,4 +135,13 @@ def runtime_stack_estimate(row, size_cfg):
     s = runtime_setup(row, size_cfg)
     shape = s.shape()
     shape = replace(shape, adapters=replace(shape.adapters, mask_bytes=CPU_MASK_BYTES))
-    return A.ACTIVATION_MODELS["decoder"](shape).stored
+    return A.ACTIVATION_MODELS["decoder"](shape).stored - head_side_bytes(shape)
+
+
+def head_side_bytes(shape):
+    """What a traced table adds on the logits side (Gemma 2's final soft-cap keeps its tanh):
+    outside the decoder stack (``model.model``) that calibration/runtime.json measured."""
+    found = A.traced_table(shape.family, shape.pc, shape.attention)
+    if not found or shape.checkpointing:
+        return 0.0
+    return found[0]["outside"].get("v", 0.0) * shape.dims.vocab * shape.batch * shape.seq

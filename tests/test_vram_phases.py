@@ -79,7 +79,9 @@ def test_attention_kernels_keep_scores_or_not():
     kw = dict(model="llama-3-8b", gpu="h200", batch=1, seq=4096, precision="bf16", lora=8)
     acts = {a: est(attention=a, **kw).term("activations").point for a in ("eager", "math", "sdpa", "flash")}
     assert acts["eager"] == acts["math"] > 3 * acts["sdpa"]
-    assert acts["sdpa"] == acts["flash"]
+    # half weights, no mask: SDPA picks the flash kernel, so flash_attention_2 keeps the same
+    # (the traced tables are fitted apart: equal to fitting precision)
+    assert acts["sdpa"] == pytest.approx(acts["flash"], rel=1e-3)
 
 
 def test_kv_heads_shrink_saved_keys_and_values_under_flash_kernels():

@@ -27,6 +27,7 @@ from .reading.config_comments import (
     read_comments,
 )
 from .costs.estimate import Estimate, estimate
+from .costs.activations import family_default_attention, traced_tables
 from .reading.inputs import (
     InputError,
     Problems,
@@ -169,7 +170,7 @@ def resolve(
     default("offload", "none")
     default("checkpointing", "off")
     _runtime_attention(s, spec)
-    default("attention", "sdpa", "default (transformers picks sdpa where available)")
+    default("attention", *_default_attention(spec))
     default("lora", 0)
     _default_loss(s, kind)
     # DeepSpeed with bf16/fp16 keeps half-precision parameters and an fp32 master copy
@@ -198,6 +199,16 @@ def _runtime_attention(s: Dict[str, Value], spec: Optional[db.Model]) -> None:
     why = EAGER_WHEN_SOFTCAPPED.get(runtime.value) if runtime else None
     if why and spec is not None and "attn-softcap" in spec.capabilities and guessed(s.get("attention")):
         s["attention"] = Value("eager", why)
+
+
+def _default_attention(spec) -> Tuple[str, str]:
+    """What the library runs the model's family on when the script sets nothing: the traced
+    table's record of transformers' default (SDPA where the class supports it, else eager)."""
+    traced = family_default_attention(spec.family.name) if spec else None
+    if traced is None:
+        return "sdpa", "default (transformers picks sdpa where available)"
+    library = traced_tables()["families"][spec.family.name]["implementation"]
+    return traced, f"default ({library} runs {traced} unless attn_implementation is set)"
 
 
 def _prompt_from_context(s: Dict[str, Value]) -> None:

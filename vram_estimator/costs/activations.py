@@ -1,5 +1,12 @@
 """What autograd keeps between forward and backward, per kind of model.
 
+Where a family has a **traced table** (``data/activation_tables.json``, made by
+``calibration/trace_activations.py`` from the library's own module code under saved-tensor hooks,
+per precision class and attention kernel), a block's bytes are that table's: per layer per token
+``a_h*h + a_ff*ff + a_q*q + a_kv*kv + a_hs*heads*s + a_heads*heads + a_s*s + a_e*experts + a_1``,
+plus per token ``f_h*h + f_v*vocab + f_s*s + f_1``, per sequence position ``f_hd_pos*head_dim`` and
+per input pixel ``f_pix``.  Families without one are **hand-priced**:
+
 Coefficients (``data/coefficients.json``) are bytes per token per block fitted to saved-tensor
 measurements of fully trainable stacks (``calibration/measure_activations.py``).  Two structural
 corrections are applied on top, both from how autograd decides what to save:
@@ -21,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Dict, FrozenSet, Optional
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 from ..knowledge.registry import DOWN, OUT, QKV, UP, Dims  # noqa: F401
 
@@ -53,6 +60,82 @@ def coefficients() -> Dict[str, Any]:
         return json.load(handle)
 
 
+@lru_cache(maxsize=None)
+def traced_tables() -> Dict[str, Any]:
+    """The traced activation tables (empty when the data file is absent)."""
+    path = os.path.join(_PACKAGE_DIR, "data", "activation_tables.json")
+    if not os.path.exists(path):
+        return {"_provenance": {}, "families": {}}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# Families without a traced table, and why; their activations are priced by the fitted style
+# coefficients or per-model measurements (docs/vram.md, Activations, lists them too).
+HAND_PRICED = {
+    "bart": "encoder-decoder: coefficients fitted on BART (calibration/measure_activations.py)",
+    "t5": "encoder-decoder: BART's coefficients",
+    "whisper": "encoder-decoder: BART's coefficients (the convolutional front end unpriced)",
+    "clip": "two towers: ViT and BERT-style encoder coefficients",
+    "resnet": "CNN: bytes per image measured for ResNet-18/50 (calibration/measure_cnn.py), else per "
+    "parameter",
+    "convnext": "CNN: bytes per image measured for ConvNeXt-T, else per parameter",
+    "efficientnet": "CNN: bytes per parameter",
+    "unet2d": "diffusers UNet: bytes per latent pixel from published SD-1.5 peaks",
+    "flux": "diffusers DiT: BERT-style encoder coefficients over every stream",
+    "sd3": "diffusers DiT: BERT-style encoder coefficients over every stream",
+}
+
+# an attention setting -> the traced kernel standing for it: SDPA's math kernel keeps the
+# probabilities as eager attention does
+_TRACED_KERNEL = {"eager": "eager", "math": "eager", "sdpa": "sdpa", "flash": "flash"}
+
+
+def family_default_attention(family: str) -> Optional[str]:
+    """What the library runs the family on when nothing is set (transformers: SDPA where the
+    class supports it, else eager), or None for a family without a traced table."""
+    entry = traced_tables()["families"].get(family)
+    return entry.get("default_attention") if entry else None
+
+
+def traced_table(family: str, pc: str, attention: str) -> Optional[Tuple[Dict[str, Any], str]]:
+    """(table, where it comes from) for a family, precision class and attention setting; a
+    kernel the family (or precision) does not run falls back to its SDPA table, then eager."""
+    entry = traced_tables()["families"].get(family)
+    if not entry or pc not in entry.get("tables", {}):
+        return None
+    tables = entry["tables"][pc]
+    wanted = _TRACED_KERNEL.get(attention, attention)
+    kernel = next((k for k in (wanted, "sdpa", "eager") if k in tables), None)
+    if kernel is None:
+        return None
+    how = "derived from the SDPA path with flash_attn's save set" if kernel == "flash" else kernel
+    if kernel != wanted:
+        how += f" ({wanted} not run by this family at this precision)"
+    return tables[kernel], f"traced from {entry['implementation']}, {how}"
+
+
+def traced_layer_bytes(table: Dict[str, Any], shape: "Shape", s: int) -> float:
+    """Saved bytes per token for one fully trainable block, from a traced table."""
+    d = shape.dims
+    features = dict(h=d.hidden, ff=d.ff, q=d.q_dim, kv=d.kv_dim, hs=d.heads * s, heads=d.heads, s=s,
+                    e=shape.config.get("experts", 1) or 1, rep=d.q_dim if d.kv_heads < d.heads else 0)
+    features["e_ff"] = features["e"] * shape.config.get("moe_ff", shape.config.get("ff", 0))
+    features["1"] = 1
+    return sum(c * features.get(k, 0.0) for k, c in table["layer"].items())
+
+
+def traced_outside_bytes(table: Dict[str, Any], shape: "Shape", s: int, sequences: int) -> float:
+    """Bytes outside the blocks (embeddings, final norm, rotary tables, masks, pixel input)
+    for ``sequences`` sequences of ``s`` tokens."""
+    d, co = shape.dims, table["outside"]
+    per_token = co.get("h", 0.0) * d.hidden + co.get("v", 0.0) * d.vocab + co.get("s", 0.0) * s
+    per_token += co.get("1", 0.0)
+    per_position = co.get("hd_pos", 0.0) * d.head_dim + co.get("h_pos", 0.0) * d.hidden
+    total = (per_token * sequences + per_position) * s
+    return total + co.get("pix", 0.0) * 3 * shape.image**2 * sequences
+
+
 @dataclass(frozen=True)
 class Acts:
     """Stored bytes for backward, one block's working set, a note, and whether measured."""
@@ -61,6 +144,7 @@ class Acts:
     one_block: float
     note: str
     measured: bool
+    source: str = ""  # where the bytes come from: a traced table, or hand-priced
 
 
 @dataclass(frozen=True)
@@ -83,6 +167,7 @@ class Shape:
     per_image: float = 0.0  # CNNs: measured bytes per image at 224 px (0: per-parameter default)
     params: int = 0
     adapters: "Adapters" = None  # LoRA runs: what is adapted and how (None: the role table alone)
+    family: str = ""  # the registry family: picks its traced table where there is one
 
     def __post_init__(self):
         if self.adapters is None:
@@ -247,10 +332,25 @@ def layer_bytes(co: Dict[str, float], shape: Shape, s: int) -> float:
     return per
 
 
-def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int) -> Acts:
+def _block_and_final(shape: Shape, style: str, tokens: int, s: int, traced: bool) -> Tuple[float, float, str]:
+    """(saved bytes per token of one fully trainable block, bytes outside the blocks, source):
+    the family's traced table where there is one, else the style's fitted coefficients."""
+    found = traced_table(shape.family, shape.pc, shape.attention) if traced else None
+    if found:
+        table, source = found
+        outside = traced_outside_bytes(table, shape, s, max(1, tokens // max(1, s)))
+        return traced_layer_bytes(table, shape, s), outside, source
     co = coefficients()["transformer"][style][shape.pc]
+    final = (co.get("final", 0.0) * shape.dims.hidden + co.get("tok", 0.0)) * tokens
+    return layer_bytes(co, shape, s), final, f"hand-priced ({style} coefficients fitted on stand-in models)"
+
+
+def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int, traced: bool = True) -> Acts:
+    """Every block's saved bytes plus what lies outside the blocks (``traced=False``: the style's
+    coefficients even where the family has a table, e.g. a DiT priced as an encoder)."""
     d = shape.dims
-    per_layer = max(0.0, layer_bytes(co, shape, s) - frozen_saving(shape))
+    block, outside, source = _block_and_final(shape, style, tokens, s, traced)
+    per_layer = max(0.0, block - frozen_saving(shape))
     one = per_layer * tokens
     # the dropout masks of adapter inputs: only where the input needs a gradient, i.e. not in the
     # first block of a LoRA run (nothing before it trains) unless checkpointing makes its input
@@ -258,6 +358,7 @@ def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int) -> Acts:
     masks = dropout_mask_bytes(shape) * tokens
     first_masks = dropout_mask_bytes(shape, first_block=shape.frozen) * tokens
     if shape.checkpointing:
+        co = coefficients()["transformer"][style][shape.pc]
         ss = co.get("ckpt_ss", 0.0) + (
             co.get("eager_ckpt_ss", 0.0) if KERNEL_KEEPS_SCORES.get(shape.attention) else 0.0
         )
@@ -266,23 +367,36 @@ def _stack(shape: Shape, style: str, layers: int, tokens: int, s: int) -> Acts:
         stored += (co.get("ckpt_final", co.get("final", 0.0)) * d.hidden + co.get("ckpt_tok", 0.0)) * tokens
         if shape.frozen and "rmsnorm" in shape.capabilities:  # the frozen final norm keeps no weight input
             stored -= shape.norm_bytes * d.hidden * tokens
-        return Acts(stored, one + masks, "", True)
-    final = co.get("final", 0.0) * d.hidden - (shape.linear_input_bytes * d.hidden if shape.frozen else 0.0)
+        return Acts(stored, one + masks, "", True, source + "; checkpointed block inputs hand-priced")
+    head_input = shape.linear_input_bytes * d.hidden * tokens if shape.frozen else 0.0
     stored = layers * one + max(0, layers - 1) * masks + first_masks
-    stored += (max(0.0, final) + co.get("tok", 0.0)) * tokens
-    return Acts(stored, one + masks, "", True)
+    stored += max(0.0, outside - head_input - _first_norm_saving(shape, source) * tokens)
+    return Acts(stored, one + masks, "", True, source)
+
+
+def _first_norm_saving(shape: Shape, source: str) -> float:
+    """Per token: under LoRA the embeddings are frozen, so the first block's input needs no
+    gradient and its first norm keeps nothing (a traced table counts its input, in fp32 for
+    RMSNorm, which computes in fp32, and its statistics); measured on the CPU stacks of
+    calibration/runtime.json (two-block models: 4-6 % of the stack)."""
+    if not (shape.frozen and source.startswith("traced")):
+        return 0.0
+    wide = 4 if (shape.pc != "half" or "rmsnorm" in shape.capabilities) else 2
+    return wide * shape.dims.hidden + 4
 
 
 def _decoder(shape: Shape) -> Acts:
     tokens = shape.batch * shape.seq
     a = _stack(shape, shape.style or "decoder_gated", shape.dims.layers, tokens, shape.seq)
-    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens", True)
+    note = f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens"
+    return Acts(a.stored, a.one_block, note, True, a.source)
 
 
 def _encoder(shape: Shape) -> Acts:
     tokens = shape.batch * shape.seq
     a = _stack(shape, "encoder", shape.dims.layers, tokens, shape.seq)
-    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens", True)
+    note = f"{shape.dims.layers} blocks x {shape.batch}x{shape.seq} tokens"
+    return Acts(a.stored, a.one_block, note, True, a.source)
 
 
 def _encdec(shape: Shape) -> Acts:
@@ -303,9 +417,12 @@ def _encdec(shape: Shape) -> Acts:
     if shape.checkpointing:
         stored = co["ckpt"] * d.hidden * (Le * te + Ld * td)
         stored += (co.get("ckpt_tok", 0.0) + co.get("ckpt_final", 0.0) * d.hidden) * (te + td)
-        return Acts(stored, one, "encoder + decoder block inputs", True)
+        return Acts(stored, one, "encoder + decoder block inputs", True, _ENCDEC_SOURCE)
     stored = Le * te * enc_layer + Ld * td * dec_layer + (co["tok"] + co["final"] * d.hidden) * (te + td)
-    return Acts(stored, one, f"{Le}+{Ld} blocks x {b}x{S}/{D} tokens", True)
+    return Acts(stored, one, f"{Le}+{Ld} blocks x {b}x{S}/{D} tokens", True, _ENCDEC_SOURCE)
+
+
+_ENCDEC_SOURCE = "hand-priced (encoder-decoder coefficients fitted on BART)"
 
 
 def _patches(shape: Shape) -> int:
@@ -315,7 +432,8 @@ def _patches(shape: Shape) -> int:
 def _vit(shape: Shape) -> Acts:
     n = _patches(shape)
     a = _stack(shape, "vit", shape.dims.layers, shape.batch * n, n)
-    return Acts(a.stored, a.one_block, f"{shape.dims.layers} blocks x {shape.batch}x{n} patches", True)
+    note = f"{shape.dims.layers} blocks x {shape.batch}x{n} patches"
+    return Acts(a.stored, a.one_block, note, True, a.source)
 
 
 def _clip(shape: Shape) -> Acts:
@@ -339,7 +457,7 @@ def _clip(shape: Shape) -> Acts:
     per = layer_bytes(co, text_shape, t["positions"]) * shape.batch * t["positions"]
     stored = vision.stored + per * (1 if shape.checkpointing else t["layers"])
     note = vision.note + f" + text {t['layers']} blocks x {shape.batch}x{t['positions']}"
-    return Acts(stored, vision.one_block, note, True)
+    return Acts(stored, vision.one_block, note, True, "hand-priced (ViT and BERT-style encoder coefficients)")
 
 
 def _cnn(shape: Shape) -> Acts:
@@ -349,9 +467,12 @@ def _cnn(shape: Shape) -> Acts:
     per_image = shape.per_image or table["_default_per_param"][shape.pc] * (shape.params or 25e6)
     stored = per_image * (shape.image / 224.0) ** 2 * shape.batch
     note = f"{shape.batch} images at {shape.image}px"
+    source = "measured per image (calibration/measure_cnn.py)"
+    if not shape.per_image:
+        source = "hand-priced (bytes per parameter)"
     if shape.checkpointing:
-        return Acts(stored * 0.35, stored * 0.25, note, bool(shape.per_image))
-    return Acts(stored, stored * 0.25, note, bool(shape.per_image))
+        return Acts(stored * 0.35, stored * 0.25, note, bool(shape.per_image), source)
+    return Acts(stored, stored * 0.25, note, bool(shape.per_image), source)
 
 
 def _unet(shape: Shape) -> Acts:
@@ -359,18 +480,20 @@ def _unet(shape: Shape) -> Acts:
     latent = (shape.image // shape.config.get("latent_factor", 8)) ** 2
     stored = coefficients()["unet"][shape.pc] * latent * shape.batch
     note = f"{shape.batch} latents at {shape.image}px"
+    source = "hand-priced (bytes per latent pixel from published SD-1.5 peaks)"
     if shape.checkpointing:
-        return Acts(stored * 0.3, stored * 0.15, note, False)
-    return Acts(stored, stored * 0.15, note, False)
+        return Acts(stored * 0.3, stored * 0.15, note, False, source)
+    return Acts(stored, stored * 0.15, note, False, source)
 
 
 def _dit(shape: Shape) -> Acts:
     """Image tokens of the latent ((image / 8 / patch)^2) plus the text tokens, through every
     stream of every block with the encoder coefficients (GELU MLP, LayerNorm); unmeasured."""
     tokens_per_sample = (shape.image // 8 // max(1, shape.dims.patch)) ** 2 + shape.dims.text_tokens
-    a = _stack(shape, "encoder", shape.dims.layers, shape.batch * tokens_per_sample, tokens_per_sample)
+    tokens = shape.batch * tokens_per_sample
+    a = _stack(shape, "encoder", shape.dims.layers, tokens, tokens_per_sample, traced=False)
     note = f"{shape.dims.layers} block streams x {shape.batch}x{tokens_per_sample} tokens"
-    return Acts(a.stored, a.one_block, note, False)
+    return Acts(a.stored, a.one_block, note, False, "hand-priced (BERT-style encoder coefficients)")
 
 
 ACTIVATION_MODELS: Dict[str, Callable[[Shape], Acts]] = {

@@ -202,6 +202,7 @@ class Setup:
             per_image=per_image if measured_cnn else 0.0,
             params=self.model.breakdown.total,
             adapters=self.adapters() if self.model.kind in ("decoder", "encoder", "vit", "dit") else None,
+            family=self.model.family.name,
         )
 
 
@@ -583,6 +584,7 @@ def activations(s: Setup, acts: Acts, workspace: Optional[float]) -> Term:
     if s.train:
         point = acts.stored
         note = acts.note + (" (checkpointed: block inputs)" if s.checkpointing else "")
+        note += f"; {acts.source}" if acts.source else ""
     else:
         point = acts.one_block if workspace is None else workspace
         note = "one block at a time (no grad): " + acts.note
