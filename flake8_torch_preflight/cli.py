@@ -507,7 +507,7 @@ def _fix_outcome(job) -> _FixOutcome:
     path, root, name, settings = job
     outcome = _FixOutcome(path, root, name)
     try:
-        status = None if path == "-" else os.stat(path)
+        status = None if path == "-" else _stat(path)
         outcome.data = read_bytes(path)
         if status is not None:
             outcome.snapshot = Snapshot.of(status, outcome.data)
@@ -525,6 +525,14 @@ def _fix_outcome(job) -> _FixOutcome:
         outcome.new_data = new_data
         outcome.fixed = [(place, f.code, f.fix) for place, f in fixed]
     return outcome
+
+
+def _stat(path: str) -> os.stat_result:
+    """The file's status before it is read (a dangling symlink: one line, as `tpf check`)."""
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise FileProblem(f"cannot read: {exc.strerror or exc}") from None
 
 
 def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
