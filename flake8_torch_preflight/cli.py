@@ -420,7 +420,25 @@ def _load_baseline(args):
                             f"creates one; record it with --update-baseline, or fix the path)")
     if recorded is None or args.update_baseline:
         check_writable(args.baseline)
+    elif not args.quiet:
+        _warn_unmatched(recorded, args.baseline)
     return recorded
+
+
+def _warn_unmatched(recorded, path: str) -> None:
+    """One line when recorded entries name no file: they can never match (a path edited by
+    hand, a file deleted or moved, a baseline moved away from the project root)."""
+    from .baseline import unmatched_paths
+
+    missing = unmatched_paths(recorded, path)
+    if not missing:
+        return
+    unmatched = set(missing)
+    count = sum(1 for entry in recorded if entry.path in unmatched)
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    print(f"tpf: warning: {path}: {count} entr{'ies' if count != 1 else 'y'} name no file "
+          f"({shown}) and match nothing; `--update-baseline` over the project drops them",
+          file=sys.stderr)
 
 
 def _apply_baseline(items, results, recorded, args):
