@@ -125,8 +125,10 @@ def parse_notebook(path: str, text: str) -> Notebook:
         if not isinstance(node.get("cells"), list):
             raise NotebookProblem("not a notebook: it has no list of cells")
     cells: List[Cell] = []
-    if _language(node) not in ("python", ""):
-        return Notebook(path, text, [], "", {})
+    language = _language(node)
+    if language not in ("python", ""):   # not checked, and said so: never "0 findings"
+        raise NotebookProblem(f"not a Python notebook (kernel language: {language[:40]}); "
+                              f"skipped, not checked")
     for index, cell in enumerate(node["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
