@@ -689,16 +689,35 @@ def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> byte
     if encoding.replace("_", "-") == "utf-8-sig":   # the BOM is part of the file's first line
         old, new, encoding = "\ufeff" + old, "\ufeff" + new, "utf-8"
     old_lines, new_lines = split_lines(old), split_lines(new)
+    before, after = quoted_diff_name(f"a/{name}"), quoted_diff_name(f"b/{name}")
     out: List[str] = []
-    for line in difflib.unified_diff(old_lines, new_lines, f"a/{name}", f"b/{name}"):
+    for line in difflib.unified_diff(old_lines, new_lines, before, after):
         if line.startswith(("---", "+++")):
             # as git does: a name with a space ends with a tab, so `patch` reads all of it
-            out.append(line.rstrip("\n") + ("\t" if " " in name else "") + "\n")
+            tab = "\t" if " " in name and not before.startswith('"') else ""
+            out.append(line.rstrip("\n") + tab + "\n")
         elif line.endswith(("\n", "\r")):
             out.append(line)
         else:
             out.append(line + "\n\\ No newline at end of file\n")
     return "".join(out).encode(encoding)
+
+
+_GIT_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r",
+                34: '\\"', 92: "\\\\"}
+
+
+def quoted_diff_name(name: str) -> str:
+    """`name` as git writes it in a patch header: as it is, or, when it holds a control
+    character (a tab, a newline), `"` or `\\` or a byte above 127, C-style quoted with its
+    file-system bytes in octal (`"a/tab\\there.py"`, `"a/\\303\\251.py"`), which `git apply`
+    and GNU patch read back. Unquoted, a tab or newline in one name broke the whole patch."""
+    raw = os.fsencode(name)
+    if not any(byte < 32 or byte > 126 or byte in (34, 92) for byte in raw):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(byte) or (chr(byte) if 32 <= byte <= 126
+                                                    else f"\\{byte:03o}")
+                         for byte in raw) + '"'
 
 
 def _diff_name(path: str) -> str:
