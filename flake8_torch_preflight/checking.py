@@ -13,7 +13,6 @@ import os
 import stat
 import sys
 import tokenize
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -452,11 +451,12 @@ def run_checks(files: Sequence[str], settings: Settings, jobs: int,
             on_result(result)
 
     if jobs > 1 and len(on_disk) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(on_disk))) as pool:
+        from . import workers
+
+        with workers.worker_pool(min(jobs, len(on_disk))) as pool:
             chunk = max(1, len(on_disk) // (jobs * 8))
-            for path, result in zip(on_disk, pool.map(_check_worker,
-                                                      [(f, settings) for f in on_disk],
-                                                      chunksize=chunk)):
+            for path, result in zip(on_disk, workers.ordered_map(
+                    pool, _check_worker, [(f, settings) for f in on_disk], chunk)):
                 record(path, result)
     else:
         for path in on_disk:

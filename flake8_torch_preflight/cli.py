@@ -206,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .baseline import BaselineError
+    from .workers import Terminated
     from .writing import WriteProblem
 
     try:
@@ -219,6 +220,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("tpf: interrupted", file=sys.stderr)
         return 130
+    except Terminated:   # SIGTERM while worker processes ran: they are ended too
+        print("tpf: terminated", file=sys.stderr)
+        return 128 + 15
     except BrokenPipeError:
         try:
             sys.stdout = open(os.devnull, "w")
@@ -560,10 +564,11 @@ def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
     on_disk = [job for job in jobs if job[0] != "-"]
     workers = _jobs(args.jobs, len(on_disk))
     if workers > 1 and len(on_disk) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from . import workers as pools
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(on_disk))) as pool:
-            done = dict(zip((job[0] for job in on_disk), pool.map(_fix_outcome, on_disk)))
+        with pools.worker_pool(min(workers, len(on_disk))) as pool:
+            done = dict(zip((job[0] for job in on_disk),
+                            pools.ordered_map(pool, _fix_outcome, on_disk)))
         for job in jobs:
             yield done[job[0]] if job[0] != "-" else _fix_outcome(job)
         return

@@ -114,6 +114,7 @@ def _kill_tree(proc, sig: int, workers_started) -> None:
     """Start `proc`, wait for its workers, send `sig` to it alone; then every pipe it held
     reaches EOF and every worker is gone. Whatever happens, nothing is left running."""
     workers: set = set()
+    readers: list = []
     try:
         assert _poll(lambda: bool(workers_started()), 180), "no worker processes started"
         workers = _descendants(proc.pid)
@@ -134,8 +135,11 @@ def _kill_tree(proc, sig: int, workers_started) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-        proc.stdout.close()
-        os.close(proc.stderr_read)
+        for reader in readers:   # every writer is gone now: they reach EOF
+            reader.join(30)
+        if not any(reader.is_alive() for reader in readers):   # never close under a reader
+            proc.stdout.close()
+            os.close(proc.stderr_read)
 
 
 def _start(args, cwd):
