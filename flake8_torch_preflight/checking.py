@@ -175,8 +175,12 @@ def read_source(path: str) -> Tuple[str, str]:
 
 
 def parse_source(source: str, path: str) -> ast.Module:
+    """The module's tree; huge displays of constants are left out first (`literals.py`: a
+    10 MB list would take 1 GB to parse), every other position kept."""
+    from .literals import elide_huge_literals
+
     try:
-        return ast.parse(source, filename=path)
+        return ast.parse(elide_huge_literals(source), filename=path)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         raise FileProblem(f"syntax error: {exc.msg} ({where})") from None
