@@ -4,7 +4,7 @@
 configuration and honours `# noqa` exactly as flake8 does, so one configuration and one set
 of suppressions serve both. It also checks Jupyter notebooks (`.ipynb`). Exit codes: 0 clean,
 1 findings at or above `--fail-on` (or a file that could not be checked or written), 2 bad
-invocation.
+invocation, 130 interrupted, 143 terminated (SIGTERM; `-j` workers are stopped with it).
 """
 from __future__ import annotations
 
