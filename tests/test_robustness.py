@@ -458,7 +458,7 @@ def test_a_huge_literal_costs_memory_in_proportion_to_the_file_not_its_tree(tmp_
     (tmp_path / "small.py").write_text(FIXABLE)
     size_kib = big.stat().st_size // 1024
     small = _check_rss(tmp_path, "small.py")
-    assert _check_rss(tmp_path, "big.py") - small < 12 * size_kib
+    assert _check_rss(tmp_path, "big.py") - small < 20 * size_kib    # it was 111x
     # the code around the literals is still checked, at its own lines and columns
     places = sorted((f["line"], f["column"], f["code"])
                     for f in json.loads((tmp_path / "out.json").read_text())["findings"])
