@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import posixpath
 import tokenize
 from collections import Counter
 from dataclasses import dataclass
@@ -160,25 +161,51 @@ def fingerprints(items: Iterable[Tuple[str, str, int, str, str]]) -> List[Entry]
 # ---------------------------------------------------------------------------- the file
 
 def load(path: str) -> Optional[List[Entry]]:
-    """The recorded entries, or None when the file does not exist yet."""
+    """The recorded entries, or None when the file does not exist yet. A byte-order mark is
+    accepted (editors on Windows add one); paths are normalised (`normal_path`)."""
     if not os.path.lexists(path):
         return None
     if not os.path.isfile(path):
         raise BaselineError(f"{path}: not a tpf baseline (not a regular file)")
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             data = json.load(handle)
         if data.get("format") != FORMAT:
             raise BaselineError(f"{path}: not a tpf baseline (format {data.get('format')!r})")
-        return [Entry(e["fingerprint"], e["code"], e["path"], int(e.get("line", 0)),
-                      e.get("scope", ""), e.get("statement", "")) for e in data["findings"]]
+        return [Entry(e["fingerprint"], e["code"], normal_path(e["path"], folder),
+                      int(e.get("line", 0)), e.get("scope", ""), e.get("statement", ""))
+                for e in data["findings"]]
     except BaselineError:
         raise
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read the baseline: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise BaselineError(f"{path}: not a tpf baseline (nested too deeply to read)") from None
     except (ValueError, KeyError, TypeError, AttributeError):
         raise BaselineError(f"{path}: not a tpf baseline (expected the JSON that "
                             f"`tpf check --baseline` writes)") from None
+
+
+def normal_path(recorded: str, folder: str) -> str:
+    """A recorded path as tpf writes it: relative to the baseline's folder, `/`-separated,
+    no `.` parts (`./pkg/x.py`, `pkg\\x.py` and `/abs/to/root/pkg/x.py` are `pkg/x.py`).
+    A `\\` is read as a separator (a file name holding one is not supported)."""
+    text = str(recorded)
+    if os.path.isabs(text):
+        try:
+            text = os.path.relpath(text, folder)
+        except ValueError:   # another drive on Windows: it names no file under the root
+            pass
+    return posixpath.normpath(text.replace(os.sep, "/").replace("\\", "/"))
+
+
+def unmatched_paths(entries: Sequence[Entry], baseline_path: str) -> List[str]:
+    """The recorded paths that name no file or folder (a typo, a file deleted since, a
+    baseline moved): their entries can match nothing."""
+    folder = os.path.dirname(os.path.abspath(baseline_path))
+    paths = sorted({entry.path for entry in entries})
+    return [p for p in paths if not os.path.lexists(os.path.join(folder, p))]
 
 
 def dump(entries: Sequence[Entry]) -> str:

@@ -13,7 +13,6 @@ import os
 import stat
 import sys
 import tokenize
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -177,8 +176,12 @@ def read_source(path: str) -> Tuple[str, str]:
 
 
 def parse_source(source: str, path: str) -> ast.Module:
+    """The module's tree; huge displays of constants are left out first (`literals.py`: a
+    10 MB list would take 1 GB to parse), every other position kept."""
+    from .literals import elide_huge_literals
+
     try:
-        return ast.parse(source, filename=path)
+        return ast.parse(elide_huge_literals(source), filename=path)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         raise FileProblem(f"syntax error: {exc.msg} ({where})") from None
@@ -457,11 +460,12 @@ def run_checks(files: Sequence[str], settings: Settings, jobs: int,
             on_result(result)
 
     if jobs > 1 and len(on_disk) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(on_disk))) as pool:
+        from . import workers
+
+        with workers.worker_pool(min(jobs, len(on_disk))) as pool:
             chunk = max(1, len(on_disk) // (jobs * 8))
-            for path, result in zip(on_disk, pool.map(_check_worker,
-                                                      [(f, settings) for f in on_disk],
-                                                      chunksize=chunk)):
+            for path, result in zip(on_disk, workers.ordered_map(
+                    pool, _check_worker, [(f, settings) for f in on_disk], chunk)):
                 record(path, result)
     else:
         for path in on_disk:

@@ -4,7 +4,7 @@
 configuration and honours `# noqa` exactly as flake8 does, so one configuration and one set
 of suppressions serve both. It also checks Jupyter notebooks (`.ipynb`). Exit codes: 0 clean,
 1 findings at or above `--fail-on` (or a file that could not be checked or written), 2 bad
-invocation.
+invocation, 130 interrupted, 143 terminated (SIGTERM; `-j` workers are stopped with it).
 """
 from __future__ import annotations
 
@@ -258,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .baseline import BaselineError
+    from .workers import Terminated
     from .writing import WriteProblem
 
     try:
@@ -271,6 +272,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("tpf: interrupted", file=sys.stderr)
         return 130
+    except Terminated:   # SIGTERM while worker processes ran: they are ended too
+        print("tpf: terminated", file=sys.stderr)
+        return 128 + 15
     except BrokenPipeError:
         try:
             sys.stdout = open(os.devnull, "w")
@@ -527,7 +531,25 @@ def _load_baseline(args):
                             f"creates one; record it with --update-baseline, or fix the path)")
     if recorded is None or args.update_baseline:
         check_writable(args.baseline)
+    elif not args.quiet:
+        _warn_unmatched(recorded, args.baseline)
     return recorded
+
+
+def _warn_unmatched(recorded, path: str) -> None:
+    """One line when recorded entries name no file: they can never match (a path edited by
+    hand, a file deleted or moved, a baseline moved away from the project root)."""
+    from .baseline import unmatched_paths
+
+    missing = unmatched_paths(recorded, path)
+    if not missing:
+        return
+    unmatched = set(missing)
+    count = sum(1 for entry in recorded if entry.path in unmatched)
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    print(f"tpf: warning: {path}: {count} entr{'ies' if count != 1 else 'y'} name no file "
+          f"({shown}) and match nothing; `--update-baseline` over the project drops them",
+          file=sys.stderr)
 
 
 def _apply_baseline(items, results, recorded, args):
@@ -642,7 +664,7 @@ def _fix_outcome(job) -> _FixOutcome:
     path, root, name, settings, unsafe = job
     outcome = _FixOutcome(path, root, name)
     try:
-        status = None if path == "-" else os.stat(path)
+        status = None if path == "-" else _stat(path)
         outcome.data = read_bytes(path)
         if status is not None:
             outcome.snapshot = Snapshot.of(status, outcome.data)
@@ -662,6 +684,14 @@ def _fix_outcome(job) -> _FixOutcome:
     return outcome
 
 
+def _stat(path: str) -> os.stat_result:
+    """The file's status before it is read (a dangling symlink: one line, as `tpf check`)."""
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise FileProblem(f"cannot read: {exc.strerror or exc}") from None
+
+
 def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
     """Each file's outcome, in order; worked out by -j worker processes when asked."""
     jobs = [(path, root, args.stdin_display_name if path == "-" else path, settings,
@@ -669,10 +699,11 @@ def _fix_outcomes(files: List[Tuple[str, str]], settings: Settings, args):
     on_disk = [job for job in jobs if job[0] != "-"]
     workers = _jobs(args.jobs, len(on_disk))
     if workers > 1 and len(on_disk) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from . import workers as pools
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(on_disk))) as pool:
-            done = dict(zip((job[0] for job in on_disk), pool.map(_fix_outcome, on_disk)))
+        with pools.worker_pool(min(workers, len(on_disk))) as pool:
+            done = dict(zip((job[0] for job in on_disk),
+                            pools.ordered_map(pool, _fix_outcome, on_disk)))
         for job in jobs:
             yield done[job[0]] if job[0] != "-" else _fix_outcome(job)
         return
@@ -867,16 +898,35 @@ def unified_diff(old: str, new: str, path: str, encoding: str = "utf-8") -> byte
     if encoding.replace("_", "-") == "utf-8-sig":   # the BOM is part of the file's first line
         old, new, encoding = "\ufeff" + old, "\ufeff" + new, "utf-8"
     old_lines, new_lines = split_lines(old), split_lines(new)
+    before, after = quoted_diff_name(f"a/{name}"), quoted_diff_name(f"b/{name}")
     out: List[str] = []
-    for line in difflib.unified_diff(old_lines, new_lines, f"a/{name}", f"b/{name}"):
+    for line in difflib.unified_diff(old_lines, new_lines, before, after):
         if line.startswith(("---", "+++")):
             # as git does: a name with a space ends with a tab, so `patch` reads all of it
-            out.append(line.rstrip("\n") + ("\t" if " " in name else "") + "\n")
+            tab = "\t" if " " in name and not before.startswith('"') else ""
+            out.append(line.rstrip("\n") + tab + "\n")
         elif line.endswith(("\n", "\r")):
             out.append(line)
         else:
             out.append(line + "\n\\ No newline at end of file\n")
     return "".join(out).encode(encoding)
+
+
+_GIT_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r",
+                34: '\\"', 92: "\\\\"}
+
+
+def quoted_diff_name(name: str) -> str:
+    """`name` as git writes it in a patch header: as it is, or, when it holds a control
+    character (a tab, a newline), `"` or `\\` or a byte above 127, C-style quoted with its
+    file-system bytes in octal (`"a/tab\\there.py"`, `"a/\\303\\251.py"`), which `git apply`
+    and GNU patch read back. Unquoted, a tab or newline in one name broke the whole patch."""
+    raw = os.fsencode(name)
+    if not any(byte < 32 or byte > 126 or byte in (34, 92) for byte in raw):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(byte) or (chr(byte) if 32 <= byte <= 126
+                                                    else f"\\{byte:03o}")
+                         for byte in raw) + '"'
 
 
 def _diff_name(path: str) -> str:

@@ -109,7 +109,7 @@ def _load_flake8_config(explicit: Optional[str], isolated: bool) -> Config:
         filename=list(options.filename or ["*.py"]),
         disable_noqa=bool(options.disable_noqa),
         vram_gpu=_text_or_none(getattr(options, "vram_gpu", None)),
-        notes=bool(getattr(options, "tpf_notes", False)),
+        notes=_notes_wanted(options),
         cache=_cache_wanted(options),
     )
     config.source, config.warnings = source, warnings
@@ -221,6 +221,11 @@ def _flake8_options(argv: List[str], source: Optional[str]):
 def _cache_wanted(options: argparse.Namespace) -> bool:
     from .plugin import cache_wanted
     return cache_wanted(options)
+
+
+def _notes_wanted(options: argparse.Namespace) -> bool:
+    from .plugin import notes_wanted
+    return notes_wanted(options)
 
 
 def _per_file_ignores(raw: object, source: Optional[str]) -> List[Tuple[str, List[str]]]:

@@ -125,8 +125,10 @@ def parse_notebook(path: str, text: str) -> Notebook:
         if not isinstance(node.get("cells"), list):
             raise NotebookProblem("not a notebook: it has no list of cells")
     cells: List[Cell] = []
-    if _language(node) not in ("python", ""):
-        return Notebook(path, text, [], "", {})
+    language = _language(node)
+    if language not in ("python", ""):   # not checked, and said so: never "0 findings"
+        raise NotebookProblem(f"not a Python notebook (kernel language: {language[:40]}); "
+                              f"skipped, not checked")
     for index, cell in enumerate(node["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -602,19 +604,56 @@ def _restore(cell: Cell, old: List[str], new: List[str]) -> List[str]:
     missing final newline kept missing."""
     original = _terminated(cell.original)
     out: List[str] = []
+    kinds: List[str] = []      # per line of `out`: _ADDED, _LINE_MAGIC or ""
     matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag == "equal":
             out.extend(original[a0:a1])
+            kinds.extend(_LINE_MAGIC if old[k] != original[k] and _is_line_magic(original[k])
+                         else "" for k in range(a0, a1))
             continue
         if any(old[k] != original[k] for k in range(a0, a1)):
             raise NotebookProblem(f"a fix changed an IPython line in cell {cell.number}; "
                                   f"nothing written")
         out.extend(new[b0:b1])
+        kinds.extend([_ADDED] * (b1 - b0))
+    _imports_after_line_magics(out, kinds)
     if cell.original and not cell.original[-1].endswith(("\n", "\r")) and out \
             and out[-1].endswith("\n"):
         out[-1] = out[-1][:-1]
     return out
+
+
+_ADDED, _LINE_MAGIC = "added", "line magic"
+_IMPORT = re.compile(r"(?:import|from)\s")
+
+
+def _is_line_magic(line: str) -> bool:
+    """`!pip install torch`, `%pip install torch`, `%matplotlib inline` at the top level."""
+    return line.startswith(("!", "%")) and not line.startswith("%%")
+
+
+def _imports_after_line_magics(lines: List[str], kinds: List[str]) -> None:
+    """An import a fix added right above top-level `!pip install ...` / `%magic` lines goes
+    below them, with the cell's own imports: the install must run before the import does.
+    (The fixes place an import by Python's rules, where a shell line is just a statement.)"""
+    i = 0
+    while i < len(lines):
+        if kinds[i] != _ADDED or not _IMPORT.match(lines[i]):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and kinds[j] == _ADDED and _IMPORT.match(lines[j]):
+            j += 1
+        end = j
+        for k in range(j, len(lines)):   # line magics, blank lines between them allowed
+            if kinds[k] == _LINE_MAGIC:
+                end = k + 1
+            elif lines[k].strip():
+                break
+        lines[i:end] = lines[j:end] + lines[i:j]
+        kinds[i:end] = kinds[j:end] + kinds[i:j]
+        i = end if end > j else j
 
 
 def rewrite_sources(notebook: Notebook, changed: Dict[int, List[str]]) -> str:

@@ -164,10 +164,11 @@ def test_bad_notebooks_are_one_line(tmp_path, content, needle):
     assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_other_kernels_are_skipped(tmp_path):
+def test_other_kernels_are_skipped_and_counted_as_not_checked(tmp_path):
     make_notebook(tmp_path / "r.ipynb", "library(torch)\nx <- 1", kernel="R")
     out = run(["check", "--isolated", "r.ipynb"], tmp_path)
-    assert out.returncode == 0 and "No findings in 1 file" in out.stdout
+    assert out.returncode == 1 and "1 file could not be checked" in out.stdout
+    assert "r.ipynb: not a Python notebook (kernel language: r)" in out.stderr
 
 
 def test_folders_include_notebooks_but_not_checkpoints(notebook):

@@ -14,6 +14,7 @@ import libcst as cst
 
 from ..analysis.core.astutil import nesting_depth
 from ..engine import has_skip_file_comment, lint_tree
+from ..literals import elide_huge_literals
 from ..findings import Finding
 from . import loop_top, tpf001_detach, tpf002_no_grad, tpf005_softmax, tpf013_pin_memory
 from . import applicability, not_available
@@ -61,7 +62,7 @@ def apply_fixes(source: str, filename: str = "<stdin>",
     if has_skip_file_comment(source.splitlines(True)):
         return FixResult(source)
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = ast.parse(elide_huge_literals(source), filename=filename)   # same positions
     except (SyntaxError, ValueError, RecursionError, MemoryError):   # too deep for Python too
         return FixResult(source)
     all_findings = lint_tree(tree, filename)
@@ -229,7 +230,7 @@ def _confirmed(new: str, filename: str, baseline: Counter, planned: Planned) -> 
     """Parses, no code got more findings, and each fixed code lost at least its fixes.
     (LibCST wrote `new` from a tree it validated, so Python's parser is the check.)"""
     try:
-        tree = ast.parse(new, filename=filename)
+        tree = ast.parse(elide_huge_literals(new), filename=filename)
     except Exception:
         return False
     after = Counter(f.code for f in lint_tree(tree, filename))

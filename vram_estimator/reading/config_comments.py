@@ -419,13 +419,29 @@ def parse_comment(text: str, line: int, col: int = 0) -> Tuple[Dict[str, Value],
             )
         )
         return values, errors
+    conflicting: set = set()
     for token in body.replace(",", " ").split():
         key, value, error = _parse_token(token)
         if error:
             errors.append(CommentError(line, col, error))
-        elif key is not None:
-            values[key] = Value(value, f"comment line {line}", line, token)
+        elif key is not None and key not in conflicting:
+            error = _repeated(values.get(key), key, value, token)
+            if error:   # neither value is used: no estimate is built on a guess
+                errors.append(CommentError(line, col, error))
+                conflicting.add(key)
+                del values[key]
+            else:
+                values[key] = Value(value, f"comment line {line}", line, token)
     return values, errors
+
+
+def _repeated(earlier: Optional[Value], key: str, value: Any, token: str) -> Optional[str]:
+    """Why a key given twice in one comment is wrong (two different values), or None (given
+    once, or twice with one value: `batch=8 batch=8`, `seq=2k seq=2048`)."""
+    if earlier is None or earlier.value == value:
+        return None
+    return (f"'{key}' is given twice in one '# vram:' comment with different values "
+            f"('{shown(earlier.text)}' and '{shown(token)}'); keep one")
 
 
 def read_comments(comments: Iterable[Tuple[int, int, str]]) -> Comments:
