@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..knowledge import db
+from ..knowledge.adapters import LORA_IMPL_OF_RUNTIME
 from ..knowledge.losses import KEEPS as LOSS_KEEPS
 from .activations import Acts, coefficients, inference_workspace, precision_class  # noqa: F401
 from .activations import ACTIVATION_MODELS
@@ -173,6 +174,13 @@ def _flag(settings: Dict[str, Value], key: str, default: bool) -> bool:
     return bool(raw)
 
 
+def _lora_impl(settings: Dict[str, Value]) -> str:
+    """The LoRA implementation: read, else the one of the runtime (litgpt's LoRALinear under a
+    litgpt config or script), else PEFT."""
+    runtime = str(setting(settings, "runtime", "") or "")
+    return str(setting(settings, "lora_impl", LORA_IMPL_OF_RUNTIME.get(runtime, "peft")) or "peft")
+
+
 def _fraction(settings: Dict[str, Value], key: str) -> float:
     """A probability setting (``lora_dropout``) in [0, 1); anything else is 0."""
     try:
@@ -253,7 +261,8 @@ def setup(settings: Dict[str, Value]) -> Setup:
         grads_persist=_number(settings, "grad_accum", 1, notes) > 1
         or setting(settings, "set_to_none", True) in (False, "off", "false"),
         lora_dropout=_fraction(settings, "lora_dropout"),
-        lora_impl=str(setting(settings, "lora_impl", "peft") or "peft"),
+        lora_impl=_lora_impl(settings),
+        autocast_adapter_dtype=_flag(settings, "autocast_adapter_dtype", True),
         # litgpt pins bitsandbytes 0.42.0 ("LitGPT only supports bitsandbytes v0.42.0"), whose
         # MatMul4Bit.forward keeps its input (ctx.tensors = (A, B))
         bnb_saves_input=_flag(settings, "bnb_saves_input", setting(settings, "runtime") == "litgpt"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 from ..knowledge import db
+from ..knowledge.adapters import DEFAULT_TARGET_ROLES, adapter_bytes, adapter_why
 from .activations import Acts, Adapters, Shape, coefficients, precision_class
 
 GIB = 1024**3
@@ -67,6 +68,7 @@ class Setup:
     grads_persist: bool = False  # gradient accumulation, or zero_grad(set_to_none=False) (torch 1.x)
     lora_dropout: float = 0.0  # LoraConfig(lora_dropout=): a mask and a dropped copy per adapted input
     lora_impl: str = "peft"  # peft (fp32 adapters over half weights), torchtune, litgpt (model dtype)
+    autocast_adapter_dtype: bool = True  # PEFT's upcast of half adapters to fp32 (get_peft_model's default)
     bnb_saves_input: bool = False  # bitsandbytes < 0.43.2: a 4-bit linear keeps its input (ctx.tensors)
     loss: str = "hf"  # the loss layout: hf (fp32 upcast) or a key of LOSS_LAYOUTS, liger-fused
     optimizer_in_bwd: bool = False  # torchtune: each parameter steps (and frees its grad) in backward
@@ -129,7 +131,8 @@ class Setup:
         return self.sharding in ("zero2", "zero3") + _FSDP and self.world > 1
 
     def chosen_lora(self):
-        """The block linears LoRA adapts: the named ones, all of them, or PEFT's defaults."""
+        """The block linears LoRA adapts: the named ones, all of them, or the implementation's
+        defaults."""
         bd = self.model.breakdown
         targets = self.lora_targets
         if targets and targets != ("all-linear",):
@@ -140,8 +143,16 @@ class Setup:
                 if t.name.lower() in names or t.name.split(".")[-1].lower() in names
             ]
         if not targets:
-            return [t for t in bd.lora_targets if t.name in set(bd.default_lora)]
+            return self._default_lora()
         return list(bd.lora_targets)
+
+    def _default_lora(self):
+        """PEFT's default targets of the family; other implementations' own defaults (by role,
+        restricted to the family's defaults: litgpt's q and v)."""
+        bd = self.model.breakdown
+        defaults = [t for t in bd.lora_targets if t.name in set(bd.default_lora)]
+        roles = DEFAULT_TARGET_ROLES.get(self.lora_impl)
+        return [t for t in defaults if t.role in roles] if roles else defaults
 
     @property
     def lora_params(self) -> int:
@@ -150,6 +161,11 @@ class Setup:
         d = self.model.dims
         layers = (d.layers + (d.dec_layers if "two-stacks" in self.model.traits else 0)) or 1
         return int(layers * sum(self.lora * (t.fan_in + t.fan_out) for t in self.chosen_lora()))
+
+    @property
+    def adapter_bytes(self) -> int:
+        """Bytes per LoRA parameter, gradient and AdamW state element (knowledge/adapters.py)."""
+        return adapter_bytes(self.lora_impl, self.pc == "half", self.quantised, self.autocast_adapter_dtype)
 
     @property
     def trainable(self) -> int:
@@ -228,8 +244,8 @@ def weights(s: Setup) -> Term:
         value = (2.0 if s.pc == "half" else 4.0) * bd.total
         note = "fp32" if s.pc != "half" else s.precision
     if s.lora:
-        value += (4 if (s.quantised or s.pc != "half") else 2) * s.lora_params
-        note += f" + LoRA r={s.lora} ({s.lora_params / 1e6:.1f}M)"
+        value += s.adapter_bytes * s.lora_params
+        note += f" + LoRA r={s.lora} ({s.lora_params / 1e6:.1f}M, {_adapter_note(s)})"
     if s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP:
         return Term("weights", 0.0, 0.0, 0.0, "offloaded to the host")
     if s.sharded_weights:
@@ -237,6 +253,14 @@ def weights(s: Setup) -> Term:
         note += f" /{s.world}"
     spread = (1.0, 1.0) if s.exact else (0.9, 1.1)
     return Term("weights", value * spread[0], value, (value + upper_extra) * spread[1], note)
+
+
+def _adapter_note(s: Setup) -> str:
+    """The adapters' dtype and, where the base weights are not fp32, why."""
+    dtype = "fp32" if s.adapter_bytes == 4 else ("bf16" if s.quantised else s.precision)
+    if s.pc != "half" and not s.quantised:
+        return dtype
+    return f"{dtype}: {adapter_why(s.lora_impl, s.quantised, s.autocast_adapter_dtype)}"
 
 
 def nf4_absmax_bytes(double_quant: bool) -> float:
@@ -273,6 +297,9 @@ def gathered_params(s: Setup) -> Optional[Term]:
 
 
 def _gradient_bytes(s: Setup) -> float:
+    """Gradients are in their parameters' dtype: the adapters' under LoRA."""
+    if s.lora:
+        return float(s.adapter_bytes)
     return 2.0 if (s.pc == "half" and not s.quantised) else 4.0
 
 
@@ -411,6 +438,9 @@ _STEP_TEMPORARIES = {
 
 
 def _state_bytes(s: Setup) -> int:
+    """AdamW's states are ``zeros_like`` the parameter: the adapters' dtype under LoRA."""
+    if s.lora and not s.deepspeed:
+        return s.adapter_bytes
     return 2 if (s.pc == "half" and not s.lora and not s.deepspeed) else 4
 
 

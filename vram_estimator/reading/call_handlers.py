@@ -298,6 +298,10 @@ def _lora_config(reader: ScriptState, call: ast.Call, q: str) -> None:
 
 def _peft_model(reader: ScriptState, call: ast.Call, q: str) -> None:
     reader.put("lora", 8, call.lineno, 0, "get_peft_model, LoRA rank defaulted to 8", guessed=True)
+    # PEFT upcasts half adapters to fp32 unless told not to (knowledge/adapters.py)
+    upcast, how = reader.value_of(call, "autocast_adapter_dtype")
+    if isinstance(upcast, bool):
+        reader.put("autocast_adapter_dtype", upcast, call.lineno, 3, how or "autocast_adapter_dtype=")
 
 
 def _kbit_training(reader: ScriptState, call: ast.Call, q: str) -> None:

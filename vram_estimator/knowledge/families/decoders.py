@@ -356,6 +356,11 @@ def count_opt(c: Dict[str, Any]) -> Breakdown:
     )
 
 
+# PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["phi"] (peft/utils/constants.py):
+# the MLP too, unlike its other decoders
+PHI_PEFT_DEFAULT = ("q_proj", "v_proj", "fc1", "fc2")
+
+
 def count_phi(c: Dict[str, Any]) -> Breakdown:
     """Phi-2: parallel attention/MLP behind one LayerNorm, biases everywhere, untied head with
     bias, final LayerNorm."""
@@ -365,7 +370,7 @@ def count_phi(c: Dict[str, Any]) -> Breakdown:
         d, ff, ("fc1",), "fc2"
     )
     return _gelu_decoder(
-        d, L, linear + 2 * d, linear, V * d, V * d + V, V, targets, ("q_proj", "v_proj"), 2 * d
+        d, L, linear + 2 * d, linear, V * d, V * d + V, V, targets, PHI_PEFT_DEFAULT, 2 * d
     )
 
 

@@ -329,6 +329,7 @@ def torchtune_model_settings(model: Dict[str, Any], field: str = "model._compone
     if lora:
         rank = _count(model.get("lora_rank"), "lora") or 8
         out.append(Setting("lora", rank, "model.lora_rank", 4))
+        out.append(Setting("lora_impl", "torchtune", field, 4))
         attention_modules = model.get("lora_attn_modules") or []
         targets = [TORCHTUNE_MODULES.get(m, m) for m in attention_modules if isinstance(m, str)]
         if model.get("apply_lora_to_mlp") is True:
