@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 from ..knowledge.registry import DOWN, OUT, QKV, UP, Dims  # noqa: F401
+from ..knowledge.adapters import ADAPTER_DTYPE
 
 # the package data lives in vram_estimator/data, one folder above this room
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -189,13 +190,11 @@ class Shape:
 
 _ROLE_WIDTH = {QKV: "hidden", OUT: "q_dim", UP: "hidden", DOWN: "ff"}
 
-# LoRA implementations: the dtype their adapters are kept in, relative to the base weights.
-# PEFT (``peft.tuners.lora.layer.Linear.forward``) keeps adapters in fp32 over bf16/fp16 base
-# weights (``autocast_adapter_dtype=True``) and casts each adapted linear's input to it
-# (``_cast_input_dtype``): every adapted linear keeps its own fp32 copy of its input.  torchtune
-# (``torchtune.modules.peft.LoRALinear.forward``) and litgpt (``litgpt.lora.LoRALinear.forward``)
-# keep adapters in the model's dtype and apply them to the input as it is.
-LORA_ADAPTER_FP32 = {"peft": True, "torchtune": False, "litgpt": False}
+# LoRA implementations keep their adapters in the dtype of knowledge/adapters.ADAPTER_DTYPE. PEFT
+# (``peft.tuners.lora.layer.Linear.forward``) keeps fp32 adapters over bf16/fp16 base weights and
+# casts each adapted linear's input to them (``_cast_input_dtype``): every adapted linear keeps its
+# own fp32 copy of its input.  torchtune and litgpt keep adapters in the model's dtype and apply
+# them to the input as it is.
 # bytes per element of the dropout mask on CUDA: ``native_dropout`` keeps a bool mask
 # (aten/src/ATen/native/cuda/Dropout.cu); on the CPU dropout is ``input * noise`` and keeps the
 # noise in the input's dtype (what calibration/runtime.json measured)
@@ -218,7 +217,8 @@ class Adapters:
 def _adapter_cast(shape: "Shape") -> bool:
     """Does the adapter branch copy its input to another dtype (PEFT's fp32 adapters over half
     weights)?  Under autocast the input is already fp32 like the adapters."""
-    return shape.pc == "half" and LORA_ADAPTER_FP32.get(shape.adapters.impl, True)
+    over_half, _ = ADAPTER_DTYPE.get(shape.adapters.impl, ADAPTER_DTYPE["peft"])
+    return shape.pc == "half" and over_half == "fp32"
 
 
 def _adapter_input_bytes(shape: "Shape") -> int:
