@@ -11,7 +11,7 @@ import ast
 from typing import List, Optional, Tuple
 
 from ..core import values as V
-from ..core.astutil import iterated_expr
+from ..core.astutil import dotted, iterated_expr
 from ..core.events import FunctionFacts
 from ..core.memo import per_file
 from ..core.values import Value
@@ -47,6 +47,46 @@ def argument_for(func, call: ast.Call, index: int) -> Optional[ast.expr]:
     return None
 
 
+def constructor_argument(init, call: ast.Call, index: int) -> Optional[ast.expr]:
+    """The expression a construction `Cls(...)` passes for parameter `index` of `__init__`
+    (whose parameter 0, `self`, the construction does not pass)."""
+    pos = index - 1
+    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:pos + 1]):
+        return call.args[pos]
+    name = init.params[index] if index < len(init.params) else None
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
+
+
+def constructed_with(analysis, facts: FunctionFacts, expr: ast.AST) -> List[Value]:
+    """What `self.x` holds, read in a method, when `__init__` stores one of its parameters
+    unchanged there (`self.train_data = train_data`): the values the constructions of the
+    class in this file pass for that parameter (`Trainer(model, loader, ...)`). Empty when
+    the attribute is anything else, or the class is built nowhere here."""
+    func = facts.func
+    text = dotted(expr) if isinstance(expr, ast.Attribute) else None
+    if func is None or func.cls is None or not text or not text.startswith("self."):
+        return []
+    init = func.cls.method("__init__")
+    if init is None or init.home not in (None, analysis):
+        return []
+    stored = analysis.facts_for(init).env.get(text)
+    if stored is None or len(stored.params) != 1 or stored.tags - {V.BY_NAME}:
+        return []
+    index = next(iter(stored.params))
+    out: List[Value] = []
+    for caller_facts, call in analysis.callers(init):
+        arg = constructor_argument(init, call.node, index) if _is_construction(call.node) else None
+        if arg is not None:
+            out.extend(resolve_values(analysis, caller_facts, caller_facts.value(arg)))
+    return out
+
+
+def _is_construction(node) -> bool:
+    """`Trainer(...)`, `engine.Trainer(...)`; not `super().__init__(...)`."""
+    return isinstance(node, ast.Call) and not (
+        isinstance(node.func, ast.Attribute) and node.func.attr == "__init__")
+
+
 def resolve_values(analysis, facts: FunctionFacts, value: Value, depth: int = 2) -> List[Value]:
     """`value`, or, when it is a parameter of `facts.func`, what the file's callers pass."""
     if not value.params or facts.func is None or depth <= 0 or value.has(V.LOADER):
@@ -67,7 +107,10 @@ def iterated_loaders(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Valu
     expr = iterated_expr(loop)
     if expr is None:
         return []
-    return [v for v in resolve_values(analysis, facts, facts.value(expr)) if v.has(V.LOADER)]
+    values = resolve_values(analysis, facts, facts.value(expr))
+    if not any(v.has(V.LOADER) for v in values):
+        values = constructed_with(analysis, facts, expr)
+    return [v for v in values if v.has(V.LOADER)]
 
 
 def loaders_per_epoch(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Tuple[Value, ast.AST]]:
@@ -103,8 +146,8 @@ def _helper_loaders(analysis, func, loop, out, seen, depth: int = 3) -> None:
         expr = iterated_expr(inner)
         if expr is not None:
             value = facts.value(expr)
-            if value.has(V.LOADER) and value.node is not None:
-                out.append((value, loop))
+            values = [value] if value.has(V.LOADER) else constructed_with(analysis, facts, expr)
+            out.extend((v, loop) for v in values if v.has(V.LOADER) and v.node is not None)
     for call in facts.local_calls:
         _helper_loaders(analysis, call.callee, loop, out, seen, depth - 1)
 

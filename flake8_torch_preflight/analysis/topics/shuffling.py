@@ -866,22 +866,20 @@ def _reshuffles(analysis, facts, loop) -> bool:
     return False
 
 
-__all__ = ["Unshuffled", "unshuffled_training_loaders", "MAP_STYLE", "ITERABLE_BASES",
-           "LIGHTNING_DATAMODULES", "LIGHTNING_TRAINERS"]
+__all__ = ["Unshuffled", "unshuffled_training_loaders", "samples_ignore_their_index", "MAP_STYLE",
+           "ITERABLE_BASES", "LIGHTNING_DATAMODULES", "LIGHTNING_TRAINERS"]
 
 
-def drawn_at_random(analysis, facts, expr: ast.expr, depth: int = 3) -> bool:
-    """The dataset's samples are fresh random draws: a synthetic dataset of draws
-    (`TensorDataset(torch.randn(n, d))`, `FakeData`) or a project class whose `__getitem__`
-    reads only what its constructor drew at random. The order it is read in changes nothing
-    a model learns from it (TPF009, TPF018). A name counts when every producer of it does."""
-    if synthetic_data(analysis, scope_of(analysis, facts), expr, depth=6):
-        return True
-    if isinstance(expr, ast.Name) and depth > 0:
-        producers = _producers(analysis, facts, expr.id)
-        return bool(producers) and all(drawn_at_random(analysis, facts, p, depth - 1)
-                                       for p in producers)
-    if not isinstance(expr, ast.Call):
+def samples_ignore_their_index(analysis, facts, expr: ast.expr) -> bool:
+    """The dataset is an instance of a project class whose `__getitem__` never reads the
+    index it is given (each call draws a fresh random sample, or returns the same one):
+    whatever order a sampler draws the indices in, the samples are the same (TPF009). A
+    dataset drawn at random once and then read by its index (`TensorDataset(torch.randn(n,
+    d))`, `self.x[i]`) is read in the sampler's order like any other."""
+    cls = facts.value(expr).cls
+    getitem = cls.method("__getitem__") if cls is not None else None
+    if getitem is None or len(getitem.params) < 2 or getitem.node.args.vararg is not None:
         return False
-    cls, owner = _project_class(analysis, expr, analysis.imports.qualname(expr.func))
-    return cls is not None and _samples_drawn_in_constructor(owner, cls)
+    index = getitem.params[1]
+    return not any(isinstance(node, ast.Name) and node.id in (index, "locals", "vars")
+                   for node in ast.walk(getitem.node))
