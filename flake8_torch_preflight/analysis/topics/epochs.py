@@ -87,6 +87,88 @@ def _is_construction(node) -> bool:
         isinstance(node.func, ast.Attribute) and node.func.attr == "__init__")
 
 
+def container_entry(analysis, facts: FunctionFacts, expr: ast.AST) -> List[Value]:
+    """What `loaders["train"]` / `loaders[0]` holds when `loaders` is a name bound once in
+    this function (or at module level, read here) to a dict or list display, and every store
+    into it under that key (`loaders["train"] = ...`) is seen: the value of each expression
+    put there, as the flow evaluated it. Empty when the key or the container is not known,
+    or something else may change it (a second binding, a store under a computed key)."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
+            and isinstance(expr.slice, ast.Constant)):
+        return []
+    name, key = expr.value.id, expr.slice.value
+    for owner in (facts, analysis.module_facts):
+        if owner is not facts and facts.func is not None and name in facts.func.params:
+            break
+        found = _displayed_entries(analysis, owner).get(name)
+        if found is not None:
+            exprs = found.get(key)
+            return [owner.value(e) for e in exprs] if exprs else []
+    return []
+
+
+@per_file("displayed_entries")
+def _displayed_entries(analysis, facts: FunctionFacts):
+    """name -> {key: [value expressions]} for the names the scope binds exactly once, to a
+    dict display with constant keys or a list display, whose every other store is
+    `name[<constant>] = value`; a name stored any other way is left out."""
+    body = facts.func.node.body if facts.func is not None else analysis.tree.body
+    bound, broken = {}, set()
+    for node in _scope_nodes(body):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                _record_store(target, node.value, bound, broken)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.Delete)) \
+                or isinstance(node, ast.NamedExpr):
+            for target in _stored_names(node):
+                broken.add(target)
+    return {name: entries for name, entries in bound.items() if name not in broken}
+
+
+def _record_store(target, value, bound: dict, broken: set) -> None:
+    if isinstance(target, ast.Name):
+        entries = _display_entries(value)
+        if entries is None or target.id in bound:
+            broken.add(target.id)
+        else:
+            bound[target.id] = entries
+    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        name = target.value.id
+        if not isinstance(target.slice, ast.Constant) or name not in bound:
+            broken.add(name)
+        else:
+            bound[name].setdefault(target.slice.value, []).append(value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            broken.update(n.id for n in ast.walk(elt) if isinstance(n, ast.Name))
+
+
+def _display_entries(value) -> Optional[dict]:
+    if isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) for k in value.keys):
+        return {k.value: [v] for k, v in zip(value.keys, value.values)}
+    if isinstance(value, ast.List) and not any(isinstance(e, ast.Starred) for e in value.elts):
+        return {i: [e] for i, e in enumerate(value.elts)}
+    return None
+
+
+def _stored_names(node) -> List[str]:
+    targets = [getattr(node, "target", None)] + list(getattr(node, "targets", []))
+    targets += [item.optional_vars for item in getattr(node, "items", [])]
+    return [n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _scope_nodes(body):
+    """The nodes of one scope's own code (not nested functions, classes or lambdas)."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                      ast.Lambda)):
+                todo.append(child)
+
+
 def resolve_values(analysis, facts: FunctionFacts, value: Value, depth: int = 2) -> List[Value]:
     """`value`, or, when it is a parameter of `facts.func`, what the file's callers pass."""
     if not value.params or facts.func is None or depth <= 0 or value.has(V.LOADER):
@@ -108,8 +190,8 @@ def iterated_loaders(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Valu
     if expr is None:
         return []
     values = resolve_values(analysis, facts, facts.value(expr))
-    if not any(v.has(V.LOADER) for v in values):
-        values = constructed_with(analysis, facts, expr)
+    if not any(v.has(V.LOADER) and v.node is not None for v in values):
+        values = container_entry(analysis, facts, expr) or constructed_with(analysis, facts, expr)
     return [v for v in values if v.has(V.LOADER)]
 
 
@@ -146,7 +228,8 @@ def _helper_loaders(analysis, func, loop, out, seen, depth: int = 3) -> None:
         expr = iterated_expr(inner)
         if expr is not None:
             value = facts.value(expr)
-            values = [value] if value.has(V.LOADER) else constructed_with(analysis, facts, expr)
+            values = [value] if value.has(V.LOADER) and value.node is not None else (
+                container_entry(analysis, facts, expr) or constructed_with(analysis, facts, expr))
             out.extend((v, loop) for v in values if v.has(V.LOADER) and v.node is not None)
     for call in facts.local_calls:
         _helper_loaders(analysis, call.callee, loop, out, seen, depth - 1)
