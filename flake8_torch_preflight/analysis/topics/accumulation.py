@@ -28,7 +28,7 @@ from typing import FrozenSet, List, Optional, Tuple
 from ..semantics import torchapi as api
 from ..core import values as V
 from .amp import SCALE
-from ..core.astutil import dotted, keyword, short, target_texts
+from ..core.astutil import dotted, keyword, names_read, short, target_texts
 from ..core.events import Backward, Cond, FunctionFacts, LocalCall, Site
 from ..core.memo import per_file
 from .optimizers import call_at
@@ -840,3 +840,36 @@ def _accumulation_counter(analysis, facts: FunctionFacts, loop: ast.AST) -> Opti
             if count and _ACCUM_NAME.search(count.rsplit(".", 1)[-1]):
                 return gate
     return None
+
+
+# ---------------------------------------------------------------------------- names of the count
+# A name that says "accumulation count" in a helper that scales by it.
+_COUNT_WORD = re.compile(r"accum|grad_acc|micro|num_steps_per|_gas$|^gas$", re.IGNORECASE)
+# An argument that may carry the count or a scale into a helper (TPF004).
+_ARGUMENT_CARRIES_COUNT = re.compile(r"accum|grad_acc|micro|scale|^(args|cfg|config|conf|opt|"
+                                     r"opts|hparams|hp|settings)$", re.IGNORECASE)
+
+
+def may_carry_accumulation_count(expr: ast.expr) -> bool:
+    """An argument that may hold the accumulation count or a scale (`args`, `accum_steps`,
+    `1 / k`, any number)."""
+    return isinstance(expr, (ast.Constant, ast.BinOp)) or any(
+        any(_ARGUMENT_CARRIES_COUNT.search(part) for part in name.split("."))
+        for name in names_read(expr))
+
+
+def never_names_accumulation_count(func) -> bool:
+    """No name, attribute or parameter of `func` says accumulation (`accum`, `micro`,
+    `grad_acc`): a helper that scales by the count must name it somewhere."""
+    return not any(_COUNT_WORD.search(getattr(node, "id", None) or getattr(node, "attr", None)
+                                      or getattr(node, "arg", None) or "")
+                   for node in ast.walk(func.node)
+                   if isinstance(node, (ast.Name, ast.Attribute, ast.arg)))
+
+
+def passes_parameters_of(arg: ast.expr, models: set) -> bool:
+    """`model.parameters()` / `list(model.parameters())` given as the argument, for one of
+    `models`."""
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("parameters", "named_parameters")
+               and dotted(node.func.value) in models for node in ast.walk(arg))

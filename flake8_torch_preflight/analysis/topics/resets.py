@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import FrozenSet, Optional
 
-from ..core.astutil import dotted, short
+from ..core.astutil import bound_names, dotted, short
 from ..core.constants import static_truth
 from ..core.events import FunctionFacts, Site
 
@@ -70,12 +70,7 @@ def _counters(facts: FunctionFacts, loop: ast.AST) -> FrozenSet[str]:
                 and isinstance(stmt.value, ast.Constant) and dotted(stmt.target):
             found.add(dotted(stmt.target))
     rebound = facts.loop_rebinds.get(loop, frozenset())
-    return frozenset(name for name in found if name not in rebound or name in _targets(target))
-
-
-def _targets(target) -> FrozenSet[str]:
-    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name)) \
-        if target is not None else frozenset()
+    return frozenset(name for name in found if name not in rebound or name in bound_names(target))
 
 
 def _own_statements(loop: ast.AST):
@@ -98,7 +93,7 @@ def loop_invariant_test(facts: FunctionFacts, loop: ast.AST, test: ast.expr) -> 
     target or rebound or written in the loop."""
     changed = set(facts.loop_rebinds.get(loop, frozenset())) | \
         set(facts.loop_writes.get(loop, frozenset()))
-    changed |= _targets(getattr(loop, "target", None))
+    changed |= bound_names(getattr(loop, "target", None))
     for node in ast.walk(test):
         if isinstance(node, (ast.Call, ast.Subscript, ast.Await, ast.NamedExpr)):
             return False
