@@ -16,7 +16,8 @@ from ..semantics import torchapi as api
 from ..core import values as V
 from ..core.astutil import dotted, is_const, keyword, short, target_texts
 from ..core.constants import static_truth, unreachable
-from .epochs import argument_for, epoch_loops, generator_epochs, iterated_loaders, loaders_per_epoch
+from .epochs import (argument_for, epoch_loops, generator_epochs, iterated_loaders,
+                     loaders_per_epoch, returned_expressions)
 from ..core.memo import per_file
 from ..core.events import CallSite, FunctionFacts
 from ..project.index import VAL_LOADER_RE
@@ -412,8 +413,7 @@ def synthetic_data(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
     if qual is None and isinstance(expr.func, ast.Name):
         func = analysis.index.function_named(expr.func.id, None)
         if func is not None:   # `random_dataset(n, dim)` of this file: what it returns
-            returns = [node.value for node in ast.walk(func.node)
-                       if isinstance(node, ast.Return) and node.value is not None]
+            returns = returned_expressions(analysis, func)
             inner = scope_of(analysis, analysis.facts_for(func))
             return bool(returns) and all(synthetic_data(analysis, inner, r, depth - 1) for r in returns)
     return False

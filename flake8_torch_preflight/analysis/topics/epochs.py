@@ -280,6 +280,17 @@ def generator_epochs(analysis, facts: FunctionFacts) -> List[Tuple[FunctionFacts
     return out
 
 
+def returned_expressions(analysis, func) -> List[ast.expr]:
+    """The values of `func`'s own `return` statements as the flow walked them, in source
+    order; empty when some `return` gives nothing or the function is a generator (what a
+    call returns is then not one of them)."""
+    exprs = analysis.facts_for(func).return_exprs
+    if not exprs or any(e is None for e in exprs) or _yields(analysis, func):
+        return []
+    unique = {id(e): e for e in exprs}.values()
+    return sorted(unique, key=lambda e: (e.lineno, e.col_offset))
+
+
 @per_file("yields", guard=False)
 def _yields(analysis, func) -> bool:
     return _yields_in(func.node)

@@ -32,10 +32,10 @@ from typing import Dict, List, Optional
 
 from ..semantics import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted, is_const, iterated_expr, keyword, short
+from ..core.astutil import dotted, is_const, iterated_expr, keyword, short, target_texts
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
                           sharding_reason, synthetic_data)
-from .epochs import argument_for, iterated_loaders
+from .epochs import argument_for, iterated_loaders, returned_expressions
 from ..core.events import CallSite, FunctionFacts
 from ..project.index import VAL_LOADER_RE, FunctionInfo
 from ..core.memo import per_file
@@ -325,7 +325,7 @@ def _replaced_by_unknown_call(analysis, construction: CallSite) -> bool:
             continue
         stmt = call.site.stmt
         if not (isinstance(stmt, ast.Assign) and stmt.value is call.node
-                and target in _target_texts(stmt.targets)):
+                and target in {t for each in stmt.targets for t in target_texts(each)}):
             continue
         passed = list(call.node.args) + [kw.value for kw in call.node.keywords]
         if any(facts.value(arg).node is construction.node for arg in passed):
@@ -338,17 +338,6 @@ def _bound_name(call: CallSite) -> Optional[str]:
     if isinstance(stmt, ast.Assign) and stmt.value is call.node and len(stmt.targets) == 1:
         return dotted(stmt.targets[0])
     return None
-
-
-def _target_texts(targets) -> List[str]:
-    out = []
-    for target in targets:
-        for node in ast.walk(target):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                text = dotted(node)
-                if text:
-                    out.append(text)
-    return out
 
 
 def _named_for_evaluation(expr: ast.expr) -> bool:
@@ -457,7 +446,7 @@ def _returned_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[str]
     if found is None:
         return None
     owner, func = found
-    returns = _return_values(func.node)
+    returns = returned_expressions(owner, func)
     if not returns:
         return None
     func_facts = owner.facts_for(func)
@@ -479,25 +468,6 @@ def _project_function(analysis, facts, call: ast.Call):
         return None
     found = resolve(analysis, qual)
     return found if found is not None and isinstance(found[1], FunctionInfo) else None
-
-
-def _return_values(func: ast.AST) -> List[ast.expr]:
-    """The values of the function's own `return` statements (not of nested functions); empty
-    when some `return` gives nothing or the function yields."""
-    values: List[ast.expr] = []
-    todo = list(ast.iter_child_nodes(func))
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            return []
-        if isinstance(node, ast.Return):
-            if node.value is None:
-                return []
-            values.append(node.value)
-        todo.extend(ast.iter_child_nodes(node))
-    return sorted(values, key=lambda value: (value.lineno, value.col_offset))
 
 
 def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
