@@ -812,12 +812,22 @@ def _runs_once(analysis, func, depth: int) -> bool:
     return not call.site.loops and _runs_once(analysis, caller.func, depth - 1)
 
 
-@per_file("shuffling_named")
 def _named(analysis, name: str) -> int:
     """How often the file names `name` (as a variable or an attribute), calls included."""
-    return sum(1 for node in ast.walk(analysis.tree)
-               if isinstance(node, ast.Name) and node.id == name
-               or isinstance(node, ast.Attribute) and node.attr == name)
+    return _name_counts(analysis).get(name, 0)
+
+
+@per_file("shuffling_name_counts")
+def _name_counts(analysis) -> Dict[str, int]:
+    """name -> how often the file names it as a variable or an attribute: one walk of the
+    file, whatever the number of functions asked about."""
+    counts: Dict[str, int] = {}
+    for node in ast.walk(analysis.tree):
+        name = node.id if isinstance(node, ast.Name) else (
+            node.attr if isinstance(node, ast.Attribute) else None)
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _reshuffles(analysis, facts, loop) -> bool:
