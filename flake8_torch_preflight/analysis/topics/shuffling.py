@@ -40,7 +40,8 @@ from ..core.events import CallSite, FunctionFacts
 from ..project.index import VAL_LOADER_RE, FunctionInfo
 from ..core.memo import per_file
 from ..project.resolution import is_project_name, resolve, resolve_class
-from ..semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ORDER_KEEPING,
+from ..semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ONE_TIME_ORDER,
+                              HF_ORDER_KEEPING,
                               INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES,
                               RANDOM_DRAW_PREFIXES, REAL_VALUED_DRAWS)
 
@@ -49,6 +50,10 @@ ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm"
                                "numpy.random.permutation", "numpy.random.shuffle",
                                "random.shuffle", "random.sample", "sklearn.utils.shuffle",
                                "sklearn.model_selection.train_test_split"})
+# Hugging Face methods whose result is map-style when their receiver is: the order-keeping
+# ones, and those that draw one order (read the same every epoch afterwards).
+HF_MAP_STYLE_KEEPING = HF_ORDER_KEEPING | HF_ONE_TIME_ORDER
+RANDOM_SPLIT = "torch.utils.data.random_split"
 # Draws inside a dataset class that pick an order or a sample (beyond the one-time shuffles).
 ORDER_DRAWS = ONE_TIME_SHUFFLES | frozenset({"numpy.random.choice", "random.choices",
                                              "torch.multinomial"})
@@ -349,9 +354,8 @@ def _named_for_evaluation(expr: ast.expr) -> bool:
 def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
     """A description of a provably map-style dataset that does not reorder itself, else None."""
     if isinstance(expr, ast.Call):
-        split = _random_split_kind(analysis, facts, expr, depth)
-        if split is not None or _drawn_once(analysis, expr):
-            return split
+        if analysis.imports.qualname(expr.func) == RANDOM_SPLIT:
+            return _random_split_kind(analysis, facts, expr, depth)
         return (_constructed_kind(analysis, facts, expr)
                 or _hf_kind(analysis, facts, expr)
                 or _index_kind(analysis, facts, expr)
@@ -388,7 +392,7 @@ def _random_split_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[
     """`random_split(ds, [n, m])` of a map-style `ds`: its parts are `Subset`s, map-style,
     read in the one order the split drew, the same every epoch (the split draws which
     samples go where; it shuffles nothing later)."""
-    if analysis.imports.qualname(call.func) != "torch.utils.data.random_split" or not call.args:
+    if analysis.imports.qualname(call.func) != RANDOM_SPLIT or not call.args:
         return None
     inner = _dataset_kind(analysis, facts, call.args[0], depth)
     return f"a `random_split` subset of {inner}" if inner is not None else None
@@ -432,7 +436,7 @@ def _split_of(expr: ast.expr) -> Optional[str]:
         split = keyword(expr, "split")
         if isinstance(split, ast.Constant) and isinstance(split.value, str):
             return split.value
-        if not (isinstance(expr.func, ast.Attribute) and expr.func.attr in HF_ORDER_KEEPING):
+        if not (isinstance(expr.func, ast.Attribute) and expr.func.attr in HF_MAP_STYLE_KEEPING):
             return None
         expr = expr.func.value
 
@@ -487,7 +491,7 @@ def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
             return isinstance(parts, (ast.List, ast.Tuple)) and bool(parts.elts) and all(
                 _hf_dataset(analysis, facts, part, depth - 1) for part in parts.elts)
         func = expr.func
-        if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_ORDER_KEEPING:
+        if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_MAP_STYLE_KEEPING:
             return _hf_dataset(analysis, facts, func.value, depth)
         return False
     if isinstance(expr, ast.Subscript):
@@ -528,7 +532,7 @@ def _order_kept_from(expr: ast.expr) -> Optional[str]:
     """`ds` for `ds.map(...).rename_column(...)` or `ds["train"].select(...)`: the dataset an
     order-keeping chain starts from."""
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
-            and expr.func.attr in HF_ORDER_KEEPING:
+            and expr.func.attr in HF_MAP_STYLE_KEEPING:
         expr = expr.func.value
     if isinstance(expr, ast.Subscript):
         expr = expr.value
@@ -585,15 +589,6 @@ def _evaluation_split(call: ast.Call) -> bool:
     split = keyword(call, "split")
     return isinstance(split, ast.Constant) and isinstance(split.value, str) and bool(
         _EVAL_SPLIT.match(split.value))
-
-
-def _drawn_once(analysis, call: ast.Call) -> bool:
-    """The construction reads an order drawn once at random (`Subset(ds, perm[:n])` with a
-    `randperm` / `np.random.permutation`): random, if the same every epoch; left alone."""
-    for node in ast.walk(call):
-        if isinstance(node, ast.Call) and analysis.imports.qualname(node.func) in ONE_TIME_SHUFFLES:
-            return True
-    return False
 
 
 def _project_class(analysis, call: ast.Call, qual: Optional[str]):
