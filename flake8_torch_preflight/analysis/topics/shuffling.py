@@ -37,9 +37,9 @@ from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constr
                           sharding_reason, synthetic_data)
 from .epochs import argument_for, iterated_loaders, returned_expressions
 from ..core.events import CallSite, FunctionFacts
-from ..project.index import VAL_LOADER_RE, FunctionInfo
+from ..project.index import VAL_LOADER_RE, ClassInfo, FunctionInfo
 from ..core.memo import per_file
-from ..project.resolution import is_project_name, resolve, resolve_class
+from ..project.resolution import is_project_name, library_named_project, resolve, resolve_class
 from ..semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ONE_TIME_ORDER,
                               HF_ORDER_KEEPING,
                               INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES,
@@ -599,6 +599,9 @@ def _project_class(analysis, call: ast.Call, qual: Optional[str]):
         resolved = resolve_class(analysis, qual)
         if resolved is not None:
             return resolved[1], resolved[0]
+    found = library_named_project(analysis, qual)   # the project's own `datasets.py`
+    if found is not None and isinstance(found[1], ClassInfo):
+        return found[1], found[0]
     return None, None
 
 
