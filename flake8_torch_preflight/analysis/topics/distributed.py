@@ -339,9 +339,16 @@ SAMPLER_KEYWORDS = frozenset({"sampler", "batch_sampler"})
 
 
 def _may_carry_sampler(facts: FunctionFacts, scope: Scope, expr: ast.expr) -> bool:
-    """`**kwargs` may hold a sampler, unless `kwargs` is a name of the function every
+    """`**kwargs` may hold a sampler (see `unpacked_may_carry`)."""
+    return unpacked_may_carry(facts, scope, expr, SAMPLER_KEYWORDS)
+
+
+def unpacked_may_carry(facts: FunctionFacts, scope: Scope, expr: ast.expr,
+                       keywords: FrozenSet[str]) -> bool:
+    """`**kwargs` may pass one of `keywords`, unless `kwargs` is a name of the function every
     assignment of which is a dict whose keys we read (`dict(batch_size=b, num_workers=4)`,
-    `{"batch_size": b}`), none a sampler, and which is never changed in place."""
+    `{"batch_size": b}`, `{...} if use_cuda else {}`), none of them one of `keywords`, and
+    which is never changed in place."""
     if not isinstance(expr, ast.Name):
         return True
     producers = scope.producers.get(expr.id, [])
@@ -349,13 +356,17 @@ def _may_carry_sampler(facts: FunctionFacts, scope: Scope, expr: ast.expr) -> bo
         return True
     for rhs in producers:
         keys = _dict_keys(rhs)
-        if keys is None or keys & SAMPLER_KEYWORDS:
+        if keys is None or keys & keywords:
             return True
     return _changed_in_place(facts, expr.id)
 
 
 def _dict_keys(expr: ast.expr) -> Optional[FrozenSet[str]]:
-    """The keys of a dict display or a `dict(k=v, ...)` call; None when not all are known."""
+    """The keys of a dict display or a `dict(k=v, ...)` call (of either, for `a if c else
+    b`); None when not all are known."""
+    if isinstance(expr, ast.IfExp):
+        body, orelse = _dict_keys(expr.body), _dict_keys(expr.orelse)
+        return None if body is None or orelse is None else body | orelse
     if isinstance(expr, ast.Dict):
         if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in expr.keys):
             return frozenset(k.value for k in expr.keys)

@@ -34,7 +34,7 @@ from ..semantics import torchapi as api
 from ..core import values as V
 from ..core.astutil import dotted, is_const, iterated_expr, keyword, short, target_texts
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
-                          sharding_reason, synthetic_data)
+                          sharding_reason, synthetic_data, unpacked_may_carry)
 from .epochs import argument_for, iterated_loaders, returned_expressions
 from ..core.events import CallSite, FunctionFacts
 from ..project.index import VAL_LOADER_RE, ClassInfo, FunctionInfo
@@ -272,7 +272,7 @@ def _judge(analysis, facts, call: CallSite, loop_owner, loop_facts, loop) -> Opt
     """What the map-style dataset of this never-shuffling training loader is, or None
     (`loop_owner`: the analysis of the file the training loop is in)."""
     node = call.node
-    if _may_shuffle(node) or evaluation_loader(call):
+    if _may_shuffle(analysis, facts, node) or evaluation_loader(call):
         return None
     dataset = keyword(node, "dataset") or (node.args[0] if node.args else None)
     if dataset is None or _named_for_evaluation(dataset):
@@ -291,8 +291,14 @@ def _judge(analysis, facts, call: CallSite, loop_owner, loop_facts, loop) -> Opt
     return kind
 
 
-def _may_shuffle(node: ast.Call) -> bool:
-    if any(kw.arg is None for kw in node.keywords):
+# Keywords of `DataLoader` that may make it shuffle, when passed through `**kwargs`.
+SHUFFLING_KEYWORDS = frozenset({"shuffle", "sampler", "batch_sampler"})
+
+
+def _may_shuffle(analysis, facts, node: ast.Call) -> bool:
+    scope = scope_of(analysis, facts)
+    if any(kw.arg is None and unpacked_may_carry(facts, scope, kw.value, SHUFFLING_KEYWORDS)
+           for kw in node.keywords):
         return True
     shuffle = _loader_argument(node, *LOADER_SHUFFLE_ARGUMENT)
     if shuffle is not None and not is_const(shuffle, False):
@@ -398,10 +404,16 @@ def _random_split_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[
     return f"a `random_split` subset of {inner}" if inner is not None else None
 
 
+# How many names, combinations and splits a Hugging Face dataset is followed through
+# (`precomputed = concatenate_datasets([train.map(...), ...])`, `train = ds["train"]...`,
+# `ds = load_dataset(...)`): each step is one producer lookup.
+_HF_DEPTH = 6
+
+
 def _hf_kind(analysis, facts, expr: ast.expr) -> Optional[str]:
     """`ds["train"]`, `ds["train"].with_transform(...)`, `load_dataset(..., split="train")`:
     a map-style Hugging Face dataset of a training split, described; else None."""
-    if not _hf_dataset(analysis, facts, expr, 3):
+    if not _hf_dataset(analysis, facts, expr, _HF_DEPTH):
         return None
     split = _split_of(expr)
     if split is None:
