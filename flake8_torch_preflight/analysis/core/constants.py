@@ -42,14 +42,23 @@ def unreachable(analysis, facts: FunctionFacts, site: Site) -> bool:
 
 def static_truth(analysis, facts: FunctionFacts, test: ast.expr) -> Optional[bool]:
     """True/False when the test folds to a constant, else None."""
-    value = _fold(test, _known_names(analysis, facts), _MAX_DEPTH)
+    value = _fold(test, _known_names(analysis, facts, _reads_by_key(test)), _MAX_DEPTH)
     return None if value is _UNKNOWN else bool(value)
 
 
-def _known_names(analysis, facts: FunctionFacts) -> Dict[str, object]:
-    """The scope's literal names, and in a method `self.x` (keyed by that text) for each
-    attribute that is the same constant in every object of the class built in this file."""
-    names = {**literal_dicts(analysis, facts), **literal_names(analysis, facts)}
+def _reads_by_key(test: ast.expr) -> bool:
+    """The test reads something by key (`cfg.get("k")`, `cfg["k"]`): only then are the
+    file's literal dicts worth finding."""
+    return any(isinstance(node, (ast.Call, ast.Subscript)) for node in ast.walk(test))
+
+
+def _known_names(analysis, facts: FunctionFacts, with_dicts: bool = True) -> Dict[str, object]:
+    """The scope's literal names (and, `with_dicts`, its literal dicts read by key), and in a
+    method `self.x` (keyed by that text) for each attribute that is the same constant in
+    every object of the class built in this file."""
+    names = literal_names(analysis, facts)
+    if with_dicts:
+        names = {**literal_dicts(analysis, facts), **names}
     func = facts.func
     if func is None or func.cls is None or not func.params or func.name == "__init__":
         return names

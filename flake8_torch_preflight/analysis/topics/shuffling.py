@@ -296,8 +296,8 @@ SHUFFLING_KEYWORDS = frozenset({"shuffle", "sampler", "batch_sampler"})
 
 
 def _may_shuffle(analysis, facts, node: ast.Call) -> bool:
-    scope = scope_of(analysis, facts)
-    if any(kw.arg is None and unpacked_may_carry(facts, scope, kw.value, SHUFFLING_KEYWORDS)
+    if any(kw.arg is None and unpacked_may_carry(facts, scope_of(analysis, facts), kw.value,
+                                                 SHUFFLING_KEYWORDS)
            for kw in node.keywords):
         return True
     shuffle = _loader_argument(node, *LOADER_SHUFFLE_ARGUMENT)
