@@ -31,7 +31,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 from .corpus import (CORPUS_TOML, DEFAULT_DEST, Repo, corpus_files, load_corpus, read_source,
                      select_repos)
 from .mutation_misses import classify
-from .mutation_ops import OPERATORS, Mutation, Operator
+from .mutation_ops import NO_EFFECT_SUFFIX, OPERATORS, Mutation, Operator
 from .mutation_text import Source, apply_edits, line_mapper, parses
 
 
@@ -184,23 +184,32 @@ def record(result: Result) -> dict:
 NOTE_OPERATORS = {"ungate-logging-sync", "drop-num-workers"}
 
 
+def counts_as_bug(operator: str) -> bool:
+    """A note's operator, or an injected change with no effect on training (the operator
+    says so: `... (no effect)`), is shown on its own row and kept out of the totals."""
+    return operator not in NOTE_OPERATORS and not operator.endswith(NO_EFFECT_SUFFIX)
+
+
 def recall_table(results: Sequence[Result], by: str = "code", top: int = 3) -> str:
     groups: Dict[str, List[Result]] = collections.defaultdict(list)
     for r in results:
         m = r.mutant.mutation
-        note = " (note)" if m.operator in NOTE_OPERATORS else ""
+        note = " (note)" if m.operator in NOTE_OPERATORS else (
+            NO_EFFECT_SUFFIX if m.operator.endswith(NO_EFFECT_SUFFIX) else "")
         key = m.code + note if by == "code" else f"{m.code} {m.operator} / {m.variant}"
         groups[key].append(r)
     rows = [f"| {'rule' if by == 'code' else 'rule, operator / variant'} | mutants | reported "
             "| recall | top miss reasons |", "|---|---:|---:|---:|---|"]
-    for key in sorted(groups, key=lambda k: ("(note)" in k, k)):
+    kept_apart = ("(note)", NO_EFFECT_SUFFIX.strip())
+    for key in sorted(groups, key=lambda k: (any(word in k for word in kept_apart), k)):
         rows.append(_row(key, groups[key], top))
     if by == "code":
-        bugs = [r for r in results if r.mutant.mutation.operator not in NOTE_OPERATORS]
+        bugs = [r for r in results if counts_as_bug(r.mutant.mutation.operator)]
         if bugs:
             rows.append(_row("**all (errors and warnings)**", bugs, top))
             recalls = [sum(r.reported for r in group) / len(group)
-                       for key, group in groups.items() if "(note)" not in key]
+                       for key, group in groups.items()
+                       if not any(word in key for word in kept_apart)]
             rows.append(f"| **mean of the rules' recalls** | | | "
                         f"{100 * sum(recalls) / len(recalls):.0f} % | every rule weighs the same |")
     return "\n".join(rows)

@@ -876,14 +876,53 @@ def drop_accumulation_division(src: Source, rng: random.Random) -> Iterator[Muta
         if gate is None:
             continue
         kind, counted = gate
+        operator = "drop-accumulation-division" + (
+            NO_EFFECT_SUFFIX if _sum_changes_nothing(src) else "")
         seen = set()
         for back in backs:
             for div, edits, shape in _divisions_for(src, loop, back):
                 if id(div) in seen or not (key_names(div.right) & counted):
                     continue
                 seen.add(id(div))
-                yield Mutation("TPF004", "drop-accumulation-division", f"{kind}:{shape}",
+                yield Mutation("TPF004", operator, f"{kind}:{shape}",
                                div.lineno, tuple(edits), loop.lineno, src.segment(div.right))
+
+
+# The operator name of an injected change that is no bug: shown on a row of its own, kept
+# out of the recall totals (like a note's).
+NO_EFFECT_SUFFIX = " (no effect)"
+# Optimizers whose update is unchanged when every gradient is k times larger (m / sqrt(v),
+# or the gradient's sign), with a weight decay that never sees the gradient (decoupled) or
+# that the file leaves off: summing k micro-batches instead of averaging them changes
+# nothing but `eps`'s weight (TPF004's own reasoning, see its docstring).
+DECOUPLED_SCALE_INVARIANT = frozenset({"AdamW", "Adafactor", "Lion", "AdamW8bit", "PagedAdamW",
+                                       "PagedAdamW8bit"})
+COUPLED_SCALE_INVARIANT = frozenset({"Adam", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad",
+                                     "Adadelta", "FusedAdam", "Adam8bit"})
+CLIP_CALLS = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_gradients",
+              "clip_grad_norm_fp32", "clip_master_grads")
+
+
+def _sum_changes_nothing(src: Source) -> bool:
+    """The file builds optimizers, every one scale-invariant with no coupled weight decay
+    (an Adam-family class without `weight_decay`, or AdamW & co. with any), and clips no
+    gradient anywhere: an unscaled accumulated loss leaves every update as it was."""
+    built = [(c, optimizer_ctor(src, c)) for c in src.calls]
+    built = [(c, name) for c, name in built if name is not None]
+    if not built or any(method_call(c, *CLIP_CALLS) or last_name(resolved(src, c.func)) in CLIP_CALLS
+                        for c in src.calls):
+        return False
+    for call, name in built:
+        if name in DECOUPLED_SCALE_INVARIANT:
+            continue
+        decay = keyword(call, "weight_decay")
+        if name not in COUPLED_SCALE_INVARIANT or not (decay is None or _literal_zero(decay)):
+            return False
+    return True
+
+
+def _literal_zero(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 0
 
 
 def _unscaled_backward(src: Source, call: ast.Call) -> bool:

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from benchmarks.mutants import mutants_of, new_findings
-from benchmarks.mutation_ops import OPERATORS, Mutation
+from benchmarks.mutation_ops import NO_EFFECT_SUFFIX, OPERATORS, Mutation
 from benchmarks.mutation_text import Edit, Source, apply_edits, line_mapper
 
 BY_NAME = {op.name: op for op in OPERATORS}
@@ -127,6 +127,19 @@ def test_drop_accumulation_division_when_the_step_is_counted():
     assert mutation.variant == "counter:reassign" and "/ accum_steps" not in text
     unrelated = ACCUM.replace("loss / accum_steps", "loss / batch_size")
     assert inject("drop-accumulation-division", unrelated) == []
+
+
+def test_drop_accumulation_division_under_adamw_without_clip_has_no_effect():
+    adamw = "import torch\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n" + \
+        ACCUM.replace("import torch\n", "")
+    mutation, _ = only("drop-accumulation-division", adamw)
+    assert mutation.operator.endswith(NO_EFFECT_SUFFIX)
+    clipped = adamw.replace("        optimizer.step()",
+                            "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                            "        optimizer.step()")
+    assert not only("drop-accumulation-division", clipped)[0].operator.endswith(NO_EFFECT_SUFFIX)
+    sgd = adamw.replace("AdamW", "SGD")
+    assert not only("drop-accumulation-division", sgd)[0].operator.endswith(NO_EFFECT_SUFFIX)
 
 
 def test_drop_accumulation_division_in_a_micro_step_loop():

@@ -103,7 +103,7 @@ from ..analysis.semantics import torchapi as api
 from ..analysis.core import values as V
 from ..analysis.topics.accumulation import accumulation_loop
 from ..analysis.topics.classes import module_like
-from ..analysis.core.astutil import short
+from ..analysis.core.astutil import bound_names, short
 from ..analysis.core.events import FunctionFacts, Store
 from ..analysis.topics.fix_proof import arguments, container_premise, tensor_premise
 from ..analysis.core.memo import per_file
@@ -300,8 +300,7 @@ def _called_without_grad(analysis: FileAnalysis, func, depth: int = 3) -> bool:
 
 
 def _loop_targets(loop) -> Set[str]:
-    target = getattr(loop, "target", None)
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
+    return bound_names(getattr(loop, "target", None))
 
 
 def _steps_after(analysis: FileAnalysis, facts: FunctionFacts, loop) -> bool:

@@ -34,7 +34,11 @@ No autofix: where the reset belongs (before the forward, after the step, or unde
 accumulation condition) depends on intent.
 
 ## Known limits
-Quiet when the reset sits under an `if` in the loop (deliberate accumulation), in
+Quiet when the reset sits under an `if` in the loop (deliberate accumulation), unless the
+step runs every iteration and the test proves the reset does not: a test that folds to
+false (`if False:`, `if config.get("is_fixed"):` over a literal dict read only by key), or
+a test of the loop's counter that holds a bounded number of times (`if i == 0:`, `if step <
+10:`); a flag or an accumulation counter (`i % k == 0`) may hold every time. Quiet in
 LightningModule and HF Trainer code (the framework zeroes gradients), with DeepSpeed engines
 (`engine.step()` zeroes them; the optimizer `deepspeed.initialize` returns does not, so
 `optimizer.step()` on it is judged like any optimizer's), in `training_step`-style functions
@@ -60,9 +64,11 @@ from typing import FrozenSet, Iterator, Optional
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.core import values as V
-from ..analysis.core.astutil import dotted, keyword
+from ..analysis.core.astutil import dotted
 from ..analysis.core.events import Site
 from ..analysis.topics.optimizers import call_at
+from ..analysis.topics.resets import (loop_invariant_test, parameter_owners,
+                                      reset_not_every_iteration, tests_only_the_parameter)
 from ..findings import ERROR, Finding
 from .base import Rule
 
@@ -77,18 +83,21 @@ class MissingZeroGrad(Rule):
             if analysis.framework_owned(facts.func):
                 continue
             for loop in analysis.innermost_loops_doing(facts, Does.BACKWARD, Does.STEP):
+                why = None
                 if analysis.loop_does(facts, loop, Does.RESET):
-                    unreset = _optimizer_never_reset(analysis, facts, loop)
-                    if unreset is not None:
-                        yield self._other_optimizer_reset(analysis, facts, loop, *unreset)
-                    continue
+                    why = _resets_skipped(analysis, facts, loop)
+                    if why is None:
+                        unreset = _optimizer_never_reset(analysis, facts, loop)
+                        if unreset is not None:
+                            yield self._other_optimizer_reset(analysis, facts, loop, *unreset)
+                        continue
                 if _backward_only_in_helper_loops(analysis, facts, loop):
                     continue      # an epoch loop around `train_epoch()`: that loop is judged
                 backward = min(analysis.loop_sites(facts, loop, Does.BACKWARD), key=lambda s: s.line)
                 step = min(analysis.loop_sites(facts, loop, Does.STEP), key=lambda s: s.line)
                 outside = [s.line for s in facts.resets if loop not in s.loops]
-                why = (f"the only reset is outside it, at line {outside[0]}" if outside
-                       else "nothing resets gradients in it")
+                why = why or (f"the only reset is outside it, at line {outside[0]}" if outside
+                              else "nothing resets gradients in it")
                 yield self.finding(
                     backward,
                     "gradients accumulate across steps: backward runs every iteration with no reset",
@@ -205,26 +214,9 @@ def _exclusive(facts, loop, reset: Site, step: Site) -> Optional[ast.expr]:
     never changes what it tests (`if use_amp:`): every iteration takes the same branch."""
     for a in reset.conds_inside(loop):
         for b in step.conds_inside(loop):
-            if a.test is b.test and a.negated != b.negated and _invariant(facts, loop, a.test):
+            if a.test is b.test and a.negated != b.negated and loop_invariant_test(facts, loop, a.test):
                 return a.test
     return None
-
-
-def _invariant(facts, loop, test: ast.expr) -> bool:
-    changed = set(facts.loop_rebinds.get(loop, frozenset())) | \
-        set(facts.loop_writes.get(loop, frozenset()))
-    target = getattr(loop, "target", None)
-    if target is not None:   # `for i, batch in ...`: the loop's own variables change
-        changed.update(dotted(n) for n in ast.walk(target) if isinstance(n, ast.Name))
-    for node in ast.walk(test):
-        if isinstance(node, (ast.Call, ast.Subscript, ast.Await, ast.NamedExpr)):
-            return False
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            text = dotted(node)
-            if text is None or any(text == c or text.startswith(c + ".") or
-                                   c.startswith(text + ".") for c in changed):
-                return False
-    return True
 
 
 def _reset_identity(analysis, facts, loop, site) -> Optional[_Reset]:
@@ -257,7 +249,7 @@ def _parameter_loop_reset(facts, loop, site) -> Optional[_Reset]:
         depth = site.loops.index(param_loop) + 1
         tests = [c.test for c in site.conds if c.depth >= depth]
         shown = f"`{name}.grad = None` over `{module}.parameters()`"
-        if all(_tests_the_parameter(t, name) for t in tests):
+        if all(tests_only_the_parameter(t, name) for t in tests):
             return _Reset(module, V.UNKNOWN, site, shown)
         return _Reset(module + ".<some parameters>", V.UNKNOWN, site, shown + " under a test")
     return None
@@ -285,12 +277,6 @@ def _parameters_iterated(loop, name: str) -> Optional[str]:
     return dotted(it.func.value)
 
 
-def _tests_the_parameter(test: ast.expr, name: str) -> bool:
-    """`p.grad is not None`, `p.requires_grad`: every parameter that has a gradient passes."""
-    texts = {dotted(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
-    return texts <= {name, f"{name}.grad", f"{name}.requires_grad"}
-
-
 def _stepped(analysis, facts, site) -> Optional[_Stepped]:
     """The optimizer `opt.step()` (or `scaler.step(opt)`) steps, when it is a known one."""
     call = call_at(analysis, facts, site.node)
@@ -306,32 +292,23 @@ def _stepped(analysis, facts, site) -> Optional[_Stepped]:
     text = dotted(node)
     if text is None or not (scaled or value.has(V.OPTIMIZER)):
         return None
-    return _Stepped(text, value, site, _parameter_owners(value))
+    return _Stepped(text, value, site, parameter_owners(value.node))
 
 
-def _parameter_owners(optimizer: V.Value) -> Optional[FrozenSet[str]]:
-    """The modules whose `.parameters()` the optimizer was built from (`Adam(netG.parameters())`,
-    `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`, param groups), read from
-    its construction; None when anything else goes in."""
-    node = optimizer.node
-    if not isinstance(node, ast.Call):
+def _resets_skipped(analysis: FileAnalysis, facts, loop) -> Optional[str]:
+    """Why no reset of `loop` runs every iteration while a step does (one reset never runs,
+    or runs only on the first iterations), or None when some reset may run every time or no
+    step is unconditional."""
+    steps = analysis.loop_sites(facts, loop, Does.STEP)
+    if not any(not s.conds_inside(loop) for s in steps):
         return None
-    params = node.args[0] if node.args else keyword(node, "params")
-    if params is None:
-        return None
-    owners, spent = set(), set()
-    for sub in ast.walk(params):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
-                and sub.func.attr in ("parameters", "named_parameters") and not sub.args:
-            owner = dotted(sub.func.value)
-            if owner is None:
-                return None
-            owners.add(owner)
-            spent.update(id(n) for n in ast.walk(sub))
-        elif isinstance(sub, ast.Call):
-            spent.update(id(n) for n in ast.walk(sub.func))
-    free = [n for n in ast.walk(params) if isinstance(n, ast.Name) and id(n) not in spent]
-    return frozenset(owners) if owners and not free else None
+    reasons = []
+    for site in analysis.loop_sites(facts, loop, Does.RESET):
+        reason = reset_not_every_iteration(analysis, facts, loop, site)
+        if reason is None:
+            return None
+        reasons.append(f"the reset at line {site.line}: {reason}")
+    return "; ".join(reasons) or None
 
 
 def _backward_only_in_helper_loops(analysis: FileAnalysis, facts, loop) -> bool:

@@ -108,14 +108,15 @@ known not to normalise.
 from __future__ import annotations
 
 import ast
-import re
 from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from ..analysis import Does, FileAnalysis
 from ..analysis.core import values as V
 from ..analysis.topics.accumulation import (MICRO_LOOP, Window, backwarded_expr,
                                             counter_advanced_only_when_stepping, every_step_resets,
-                                            helper_backwards, undivided_from_unread_code, windows)
+                                            helper_backwards, may_carry_accumulation_count,
+                                            never_names_accumulation_count, passes_parameters_of,
+                                            undivided_from_unread_code, windows)
 from ..analysis.core.astutil import dotted
 from ..analysis.topics.epochs import argument_for
 from ..analysis.core.events import Backward, LocalCall
@@ -210,7 +211,7 @@ def _model_given_away_before_step(window: Window) -> bool:
                 or not call.site.in_loop(window.loop) or _known_not_to_scale(call):
             continue
         arguments = list(call.node.args) + [kw.value for kw in call.node.keywords]
-        if any(dotted(arg) in models or _parameters_of(arg, models) for arg in arguments):
+        if any(dotted(arg) in models or passes_parameters_of(arg, models) for arg in arguments):
             return True
     return False
 
@@ -237,13 +238,6 @@ def _model_texts(facts) -> set:
              and call.node.func.attr in ("parameters", "named_parameters")}
     texts |= {name for name, value in facts.env.items() if value.has(V.MODULE)}
     return texts - {None}
-
-
-def _parameters_of(arg: ast.expr, models: set) -> bool:
-    """`model.parameters()` / `list(model.parameters())` given as the argument."""
-    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-               and node.func.attr in ("parameters", "named_parameters")
-               and dotted(node.func.value) in models for node in ast.walk(arg))
 
 
 def _effect(analysis, window: Window) -> Optional[Tuple[str, str, str]]:
@@ -355,27 +349,5 @@ def _undivided_through(facts, call: LocalCall, value: V.Value) -> bool:
         passed.append((expr, facts.value(expr)))
     if any(v.has(V.LOSS) or v.grad or v.has(V.DIVIDED) for _, v in passed):
         return all(_undivided(v) for _, v in passed)
-    return value.has(V.LOSS) and not any(_may_carry_count(expr) for expr, _ in passed) \
-        and _never_names_the_count(call.callee)
-
-
-def _may_carry_count(expr) -> bool:
-    """An argument that may hold the accumulation count or a scale (`args`, `accum_steps`,
-    `1 / k`, any number)."""
-    names = [dotted(n) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))]
-    return isinstance(expr, (ast.Constant, ast.BinOp)) or any(
-        name and any(_CARRIES_COUNT.search(part) for part in name.split(".")) for name in names)
-
-
-def _never_names_the_count(func) -> bool:
-    """No name, attribute or parameter of `func` says accumulation (`accum`, `micro`,
-    `grad_acc`): a helper that scales by the count must name it somewhere."""
-    return not any(_COUNT_WORD.search(getattr(node, "id", None) or getattr(node, "attr", None)
-                                      or getattr(node, "arg", None) or "")
-                   for node in ast.walk(func.node)
-                   if isinstance(node, (ast.Name, ast.Attribute, ast.arg)))
-
-
-_COUNT_WORD = re.compile(r"accum|grad_acc|micro|num_steps_per|_gas$|^gas$", re.IGNORECASE)
-_CARRIES_COUNT = re.compile(r"accum|grad_acc|micro|scale|^(args|cfg|config|conf|opt|opts|"
-                            r"hparams|hp|settings)$", re.IGNORECASE)
+    return value.has(V.LOSS) and not any(may_carry_accumulation_count(expr) for expr, _ in passed) \
+        and never_names_accumulation_count(call.callee)

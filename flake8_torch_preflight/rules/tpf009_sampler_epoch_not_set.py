@@ -43,7 +43,10 @@ Unsafe because it changes the order the data is read in from the second epoch on
 resumed from a checkpoint replays differently).
 
 ## Known limits
-Quiet with `shuffle=False` or a non-literal `shuffle=` value, for loaders passed through
+Quiet with `shuffle=False` (a literal, a name bound once to it, or a parameter every caller
+in the file passes False for). A `shuffle=` the file does not fix (`shuffle=cfg.shuffle`) is
+taken as on, and the message says so: the code is written to run with shuffling, and
+`set_epoch` changes nothing when it is off. Quiet for loaders passed through
 `accelerator.prepare`/`fabric.setup_dataloaders` (the framework sets the epoch), for
 samplers handed to a loader built in a helper through a parameter (not followed), and when
 any `set_epoch` call whose receiver cannot be told apart from this sampler runs in the epoch
@@ -54,9 +57,11 @@ does); with no such caller, or one passing something unknown, it is not seen as 
 `set_epoch` call outside the epoch loop does not count. Lightning and HF `Trainer` loops set
 the epoch themselves and are not seen as epoch loops. Loaders of other packages
 (`torch_geometric.loader.DataLoader`) and samplers of the project's own classes are not
-modelled. Quiet over a dataset of random draws (`TensorDataset(torch.randn(...))`, `FakeData`, a
-project class whose `__getitem__` reads only what its constructor drew at random): every
-sample is noise, so one replayed order changes nothing.
+modelled. The dataset does not matter: an unknown one, or one drawn at random once
+(`TensorDataset(torch.randn(...))`, a class whose constructor draws its samples), is still
+read in the one order the sampler replays. Quiet only over a project dataset whose
+`__getitem__` never reads its index (it draws a fresh sample on every call): no order of
+indices changes what it yields.
 """
 from __future__ import annotations
 
@@ -64,8 +69,10 @@ import ast
 from typing import Iterator, Optional, Tuple
 
 from ..analysis import FileAnalysis
-from ..analysis.topics.distributed import epoch_feeds, sampler_constructions, sets_epoch, shuffles
-from ..analysis.topics.shuffling import drawn_at_random
+from ..analysis.core.astutil import store_count
+from ..analysis.topics.distributed import (PROVEN, epoch_feeds, sampler_constructions,
+                                           sampler_shuffle, sets_epoch)
+from ..analysis.topics.shuffling import samples_ignore_their_index
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -78,7 +85,8 @@ class SamplerEpochNotSet(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for facts, call in sampler_constructions(analysis):
-            if not shuffles(call) or _random_samples(analysis, facts, call):
+            shuffle = sampler_shuffle(analysis, facts, call)
+            if shuffle is None or _samples_ignore_index(analysis, facts, call):
                 continue
             feeds = epoch_feeds(analysis, call.node)
             if not feeds:
@@ -94,9 +102,10 @@ class SamplerEpochNotSet(Rule):
             plan, why = _set_epoch_plan(analysis, facts, call, feed)
             yield self.finding(
                 call.site,
-                "`DistributedSampler` shuffles but its epoch is never set: every epoch "
-                "replays the same order",
-                f"shuffle is on; it {made}, which the epoch loop at line "
+                f"`DistributedSampler` {'shuffles' if shuffle == PROVEN else 'may shuffle'} "
+                f"but its epoch is never set: every epoch replays the same order",
+                f"{'shuffle is on' if shuffle == PROVEN else shuffle}; it {made}, which the "
+                f"epoch loop at line "
                 f"{feed.epoch_loop.lineno} trains on; no `set_epoch(...)` runs inside that "
                 f"loop (directly or in a helper it calls)",
                 f"call `sampler.set_epoch(epoch)` at the top of the loop at line "
@@ -122,17 +131,16 @@ def _set_epoch_plan(analysis, facts, call, feed) -> Tuple[Optional[FixPlan], Opt
         return None, (f"`{name}` is bound under a condition or in a loop: on another path it "
                       f"may be unbound or a sampler without `set_epoch`")
     scope = facts.func.node if facts.func is not None else analysis.tree
-    stores = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
-              and isinstance(n.ctx, (ast.Store, ast.Del))]
-    if len(stores) != 1 or stmt.lineno > loop.lineno:
+    if store_count(scope, name) != 1 or stmt.lineno > loop.lineno:
         return None, f"`{name}` is bound more than once, or after the loop"
     return FixPlan("set_epoch", loop, stmt.targets[0]), None
 
 
-def _random_samples(analysis, facts, call) -> bool:
-    """The sampler's dataset is made of random draws: replaying one order of noise every
-    epoch changes nothing (a synthetic benchmark dataset)."""
+def _samples_ignore_index(analysis, facts, call) -> bool:
+    """The sampler's dataset returns the same samples whatever index it is asked for: the
+    order the sampler draws changes nothing. Any other dataset, unknown ones included, is
+    read in the sampler's order."""
     node = call.node
     dataset = node.args[0] if node.args else next(
         (kw.value for kw in node.keywords if kw.arg == "dataset"), None)
-    return dataset is not None and drawn_at_random(analysis, facts, dataset)
+    return dataset is not None and samples_ignore_their_index(analysis, facts, dataset)

@@ -60,7 +60,7 @@ from typing import Iterator, Optional, Set
 from ..analysis import Does, FileAnalysis
 from ..analysis.semantics import torchapi as api
 from ..analysis.core import values as V
-from ..analysis.core.astutil import dotted, keyword, short
+from ..analysis.core.astutil import declared_outer, dotted, keyword, names_read, short
 from ..analysis.core.events import CallSite, FunctionFacts
 from ..analysis.semantics.nn_module import RETURNS_SELF
 from ..findings import ERROR, Finding
@@ -235,8 +235,7 @@ def _own_model_rebound(analysis, facts, loop, call: CallSite, kind: str, rebinds
             and not _only_moved(analysis, facts, loop, model)
     if kind == "optimizer":
         arg = call.node.args[0] if call.node.args else keyword(call.node, "params")
-        return arg is None or any(dotted(n) in rebinds for n in ast.walk(arg)
-                                  if isinstance(n, (ast.Name, ast.Attribute)))
+        return arg is None or bool(names_read(arg) & set(rebinds))
     if kind == "scheduler":
         arg = call.node.args[0] if call.node.args else keyword(call.node, "optimizer")
         text = dotted(arg) if arg is not None else None
@@ -355,6 +354,5 @@ def _stored_outside(func, call: CallSite) -> bool:
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         return True
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    globals_ = {name for node in ast.walk(func.node) if isinstance(node, (ast.Global, ast.Nonlocal))
-                for name in node.names}
+    globals_ = declared_outer(func.node)
     return any(not isinstance(t, ast.Name) or t.id in globals_ for t in targets)

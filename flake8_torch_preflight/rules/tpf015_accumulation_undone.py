@@ -49,16 +49,25 @@ between iterations, or under any test at all (a configuration switch such as
 `if args.accum_steps == 1:`), is taken as deliberate. An early `if not need_update: continue`
 gates everything after it. When the loop steps several optimizers (GANs), only a reset of one
 whose step is gated counts. Windows split across files are not seen.
+
+A per-parameter hook that steps an optimizer and resets the gradients
+(`p.register_post_accumulate_grad_hook(hook)`, the optimizer-in-backward recipe), registered
+unconditionally in the file, undoes any accumulation: a loop that backwards every iteration
+and keeps an accumulation counter (`if (i + 1) % grad_accum_steps == 0:`) is reported at its
+backward, as a warning (the intent to accumulate is read from the count's name). A
+registration under any test (`if optimizer_in_bwd:`) is taken as exclusive of accumulation.
 """
 from __future__ import annotations
 
 from typing import Iterator
 
 from ..analysis import FileAnalysis
-from ..analysis.topics.accumulation import MICRO_LOOP, Window, every_step_resets, windows
+from ..analysis.topics.accumulation import (MICRO_LOOP, HookUndoes, Window,
+                                            accumulation_undone_by_hooks, every_step_resets,
+                                            windows)
 from ..analysis.core.astutil import short
 from ..analysis.core.events import Site
-from ..findings import ERROR, Finding
+from ..findings import ERROR, WARNING, Finding
 from .base import Rule
 
 
@@ -73,6 +82,24 @@ class AccumulationUndone(Rule):
                 continue
             for reset in every_step_resets(analysis, window):
                 yield self._report(window, reset)
+        for undone in accumulation_undone_by_hooks(analysis):
+            yield self._hook_report(undone)
+
+    def _hook_report(self, undone: HookUndoes) -> Finding:
+        hook = undone.hook
+        return self.finding(
+            undone.backward,
+            "every backward steps and zeroes each parameter through a gradient hook: the "
+            "accumulation is undone",
+            f"the backward at line {undone.backward.line} runs on every iteration of the loop "
+            f"at line {undone.loop.lineno}, whose test `{short(undone.gate.test, 50)}` (line "
+            f"{undone.gate.line}) counts micro-steps for gradient accumulation (read from the "
+            f"count's name); the hook "
+            f"`{hook.func.name}` registered at line {hook.site.line} steps an optimizer and "
+            f"resets the gradients as soon as each is ready, so every micro-batch is applied "
+            f"on its own",
+            "accumulate without optimizer-in-backward hooks (step and reset under the "
+            "accumulation gate), or drop the accumulation", WARNING)
 
     def _report(self, window: Window, reset: Site) -> Finding:
         step = window.first_step

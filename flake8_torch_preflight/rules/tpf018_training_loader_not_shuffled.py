@@ -14,8 +14,8 @@ single-device `Trainer`, when:
   `torchvision.datasets` class (not `train=False` / a test split), a Hugging Face dataset
   or split (`load_dataset(...)` without `streaming=`, `Dataset.from_*`,
   `concatenate_datasets` of such, `ds["train"]`, through `.map`, `.filter`, `.select`,
-  `.with_transform`, `.rename_column`, … but not `.shuffle`, `.train_test_split` or
-  `.to_iterable_dataset`; a `ds["train"] = ...` elsewhere in the file must keep the order
+  `.with_transform`, `.rename_column`, `.shuffle`, `.train_test_split`, … but not
+  `.to_iterable_dataset`; a `ds["train"] = ...` elsewhere in the file must keep it map-style
   too), a dataset class of the project (this file or another, within the cross-file depth)
   that defines `__getitem__` and no `__iter__` and derives from no `IterableDataset`, a
   `range(...)` or a tensor (a loader over indices), or what a plain function of the project
@@ -26,10 +26,11 @@ single-device `Trainer`, when:
   all, its `__getitem__` reads its sample with the index it is given, never rebinds it and
   subscripts nothing with a random integer (random augmentation of the indexed sample, a
   flip's coin or a random prompt template, keeps the order); no `shuffle` / `permutation` /
-  `set_epoch` call in the training loop or the loops around it; no order drawn once
-  (`randperm` indices, a Hugging Face `.shuffle(seed=...)`). A part of `random_split(ds,
-  ...)` is a `Subset` of `ds`, map-style when `ds` is, and read in the one order the split
-  drew (the split picks members; it reshuffles nothing), so it is judged like `ds`;
+  `set_epoch` call in the training loop or the loops around it. An order drawn once is one
+  order read every epoch, like a sampler whose epoch is never set (TPF009): a Hugging Face
+  `.shuffle(seed=...)` or `.train_test_split()` before the loader, a `Subset` over permuted
+  indices, and a part of `random_split(ds, ...)` (a `Subset` of `ds`, map-style when `ds`
+  is) are judged like the dataset they reorder;
 - the data is not random noise: a `TensorDataset` of fresh `torch.randn` draws (directly or
   from a helper), or a dataset class whose `__getitem__` reads only attributes drawn at
   random in its `__init__` (`self.x = torch.randn(n, d)`, labels computed from them), reads
@@ -96,8 +97,7 @@ helper of another file through a tuple or a method of a project object, and shuf
 by a project helper called elsewhere are not judged.
 A Hugging Face split shuffled once on some path (`if args.max_train_samples:
 dataset["train"] = dataset["train"].shuffle(seed=...).select(...)`, the pattern of the
-diffusers examples) is left alone, although the default path reads the stored order: the
-rule cannot prove which path runs, and an order drawn once is not what it reports.
+diffusers examples) is reported: on every path the loader reads one order every epoch.
 What was read for the dataset kinds: torch's `torch.utils.data` docs ("Dataset Types": a
 map-style dataset implements `__getitem__` and `__len__`, an iterable one subclasses
 `IterableDataset` and implements `__iter__`; the default sampler of an unshuffled loader is

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set
 
 
 def dotted(expr: ast.AST) -> Optional[str]:
@@ -107,3 +107,33 @@ def assigns_self_attribute(stmt: ast.AST) -> bool:
     """`self.x = ...` / `self.x: T = ...`: the statement stores an attribute of `self`."""
     targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
     return any(is_self_attribute(target) for target in targets)
+
+
+def bound_names(target: Optional[ast.AST]) -> Set[str]:
+    """The plain names a binding target binds (`i`, `(i, (x, y))` of a `for` loop)."""
+    if target is None:
+        return set()
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def names_read(expr: Optional[ast.AST]) -> Set[str]:
+    """The names and attribute chains an expression mentions (`model`, `model.head`), as
+    `dotted` spells them."""
+    if expr is None:
+        return set()
+    return {text for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))
+            for text in (dotted(n),) if text is not None}
+
+
+def declared_outer(func_node: ast.AST) -> Set[str]:
+    """The names a function declares `global` or `nonlocal` anywhere in its body."""
+    return {name for node in ast.walk(func_node) if isinstance(node, (ast.Global, ast.Nonlocal))
+            for name in node.names}
+
+
+def store_count(scope: ast.AST, name: str) -> int:
+    """How many times `name` is bound or deleted anywhere under `scope` (nested scopes too:
+    a conservative count for 'bound exactly once')."""
+    return sum(1 for node in ast.walk(scope)
+               if isinstance(node, ast.Name) and node.id == name
+               and isinstance(node.ctx, (ast.Store, ast.Del)))

@@ -42,14 +42,23 @@ def unreachable(analysis, facts: FunctionFacts, site: Site) -> bool:
 
 def static_truth(analysis, facts: FunctionFacts, test: ast.expr) -> Optional[bool]:
     """True/False when the test folds to a constant, else None."""
-    value = _fold(test, _known_names(analysis, facts), _MAX_DEPTH)
+    value = _fold(test, _known_names(analysis, facts, _reads_by_key(test)), _MAX_DEPTH)
     return None if value is _UNKNOWN else bool(value)
 
 
-def _known_names(analysis, facts: FunctionFacts) -> Dict[str, object]:
-    """The scope's literal names, and in a method `self.x` (keyed by that text) for each
-    attribute that is the same constant in every object of the class built in this file."""
+def _reads_by_key(test: ast.expr) -> bool:
+    """The test reads something by key (`cfg.get("k")`, `cfg["k"]`): only then are the
+    file's literal dicts worth finding."""
+    return any(isinstance(node, (ast.Call, ast.Subscript)) for node in ast.walk(test))
+
+
+def _known_names(analysis, facts: FunctionFacts, with_dicts: bool = True) -> Dict[str, object]:
+    """The scope's literal names (and, `with_dicts`, its literal dicts read by key), and in a
+    method `self.x` (keyed by that text) for each attribute that is the same constant in
+    every object of the class built in this file."""
     names = literal_names(analysis, facts)
+    if with_dicts:
+        names = {**literal_dicts(analysis, facts), **names}
     func = facts.func
     if func is None or func.cls is None or not func.params or func.name == "__init__":
         return names
@@ -69,7 +78,10 @@ def _fold(node: ast.expr, names: Dict[str, object], budget: int):
     if isinstance(node, ast.Constant):
         return _literal(node.value)
     if isinstance(node, ast.Name):
-        return names.get(node.id, _UNKNOWN)
+        value = names.get(node.id, _UNKNOWN)
+        return _UNKNOWN if isinstance(value, LiteralDict) else value
+    if isinstance(node, (ast.Call, ast.Subscript)):
+        return _fold_lookup(node, names, budget)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return names.get(f"{node.value.id}.{node.attr}", _UNKNOWN)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -304,3 +316,105 @@ def _attribute_dict(node: ast.expr) -> bool:
     """`vars(o)` / `o.__dict__`: an object's attributes as a dict."""
     return isinstance(node, ast.Attribute) and node.attr == "__dict__" or \
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
+
+
+# ------------------------------------------------------- dicts of literals read by key
+
+class LiteralDict:
+    """A dict display of string keys, bound once and only ever read by key: its keys, and
+    the literal among its values (a key whose value is no literal folds to unknown)."""
+
+    def __init__(self, keys, values: Dict[str, object]) -> None:
+        self.keys = frozenset(keys)
+        self.values = values
+
+
+def _fold_lookup(node: ast.expr, names: Dict[str, object], budget: int):
+    """`config.get("is_fixed")`, `config.get("k", False)`, `config["k"]` of a `LiteralDict`:
+    the value stored under the key, the `get` default for a key the dict does not hold."""
+    if isinstance(node, ast.Subscript):
+        receiver, key, default = node.value, node.slice, _UNKNOWN   # a missing key raises
+    elif isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+            and 1 <= len(node.args) <= 2 and not node.keywords:
+        receiver, key = node.func.value, node.args[0]
+        default = _fold(node.args[1], names, budget - 1) if len(node.args) == 2 else None
+    else:
+        return _UNKNOWN
+    table = names.get(receiver.id, _UNKNOWN) if isinstance(receiver, ast.Name) else _UNKNOWN
+    if not isinstance(table, LiteralDict) or not isinstance(key, ast.Constant):
+        return _UNKNOWN
+    if key.value not in table.keys:
+        return default
+    return table.values.get(key.value, _UNKNOWN)
+
+
+@per_file("literal_dicts", key_args=1)
+def literal_dicts(analysis, facts: FunctionFacts) -> Dict[str, LiteralDict]:
+    """name -> LiteralDict for the dicts the code in `facts` reads that are literal: bound
+    once in the file, in this scope or at module level (not shadowed by a parameter here),
+    to a dict display with string keys, and everywhere else only read by key (`d.get(k)`,
+    `d[k]`): never stored into, changed by a method, handed to a call or aliased."""
+    shadowed = set()
+    func = facts.func
+    while func is not None:
+        shadowed.update(func.params)
+        func = func.parent
+    scopes = {facts.func.node if facts.func is not None else analysis.tree, analysis.tree}
+    out = {}
+    for name, (scope, table) in _read_only_dicts(analysis).items():
+        if scope in scopes and not (scope is analysis.tree and name in shadowed):
+            out[name] = table
+    return out
+
+
+@per_file("read_only_dicts")
+def _read_only_dicts(analysis) -> Dict[str, Tuple[ast.AST, LiteralDict]]:
+    """name -> (scope node, LiteralDict) over the whole file, one walk."""
+    bound: Dict[str, Tuple[ast.AST, LiteralDict]] = {}
+    reads: Dict[str, int] = {}
+    for scope, node in _nodes_with_scope(analysis.tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Dict):
+            table = _literal_dict(node.value)
+            if table is not None:
+                bound.setdefault(node.targets[0].id, (scope, table))
+        receiver = _keyed_read(node)
+        if receiver is not None:
+            reads[receiver] = reads.get(receiver, 0) + 1
+    uses = _name_uses(analysis)
+    return {name: found for name, found in bound.items()
+            if uses.get(name, (0, []))[0] == reads.get(name, 0) + 1}
+
+
+def _keyed_read(node: ast.AST) -> Optional[str]:
+    """The name read by key in `name.get(...)` / `name[...]` (a load), else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "get" and isinstance(node.func.value, ast.Name):
+        return node.func.value.id
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+            and isinstance(node.value, ast.Name):
+        return node.value.id
+    return None
+
+
+def _literal_dict(node: ast.Dict) -> Optional[LiteralDict]:
+    keys = []
+    values = {}
+    for key, value in zip(node.keys, node.values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            return None       # `**other` or a computed key: which keys it holds is unknown
+        keys.append(key.value)
+        literal = _literal(value.value) if isinstance(value, ast.Constant) else _UNKNOWN
+        if literal is not _UNKNOWN:
+            values[key.value] = literal
+    return LiteralDict(keys, values)
+
+
+def _nodes_with_scope(tree: ast.Module):
+    """(the innermost function or module node, node) for every node of the file."""
+    stack = [(tree, child) for child in reversed(tree.body)]
+    while stack:
+        scope, node = stack.pop()
+        yield scope, node
+        inner = node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope
+        stack.extend((inner, child) for child in reversed(list(ast.iter_child_nodes(node))))

@@ -170,6 +170,9 @@ class FunctionFacts:
     # what each loop writes into without rebinding (`x[i] = …`, `x.a = …`, `x += …`)
     loop_writes: Dict[ast.AST, frozenset] = field(default_factory=dict)
     returns: Value = UNKNOWN
+    # the expression of each of the function's own `return` statements, in the order walked
+    # (None for a bare `return`): what a question about returned objects follows
+    return_exprs: List[Optional[ast.expr]] = field(default_factory=list)
     env: Dict[str, Value] = field(default_factory=dict)
 
     def mark(self) -> Dict[str, int]:

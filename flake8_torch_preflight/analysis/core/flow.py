@@ -334,6 +334,8 @@ class FlowAnalyzer:
         self.env = merge_envs(saved, saved.branch(), *branches)
 
     def stmt_Return(self, node: ast.Return) -> None:
+        if self.recording:
+            self.facts.return_exprs.append(node.value)
         if node.value is not None:
             value = self.expr(node.value)
             if self.recording:

@@ -102,9 +102,11 @@ HF_ORDER_KEEPING = frozenset({
     "map", "filter", "remove_columns", "rename_column", "rename_columns", "select_columns",
     "with_format", "set_format", "with_transform", "set_transform", "cast", "cast_column",
     "flatten", "select", "add_column"})
-# Not in the table on purpose: `.shuffle(seed=...)` draws one order (the same every epoch,
-# but random: "a one-time order", left alone like `random_split`), `.train_test_split()`
-# shuffles by default for the same reason, `.to_iterable_dataset()` makes it iterable.
+# Methods that keep a map-style `Dataset` map-style but draw its order once (`.shuffle(seed=
+# ...)`, `.train_test_split()`, which shuffles by default): the order is random, and then the
+# same every epoch, like a `random_split` part or a sampler whose epoch is never set (TPF009).
+# `.to_iterable_dataset()` is in neither table: it makes the dataset iterable.
+HF_ONE_TIME_ORDER = frozenset({"shuffle", "train_test_split", "flatten_indices"})
 
 # Random draws inside a dataset class (by qualified-name prefix) ...
 RANDOM_DRAW_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.randperm",

@@ -245,7 +245,9 @@ def attribute_kind(base: Value) -> Optional[str]:
 def read_attribute(access: Access) -> Optional[Value]:
     kind = attribute_kind(access.base)
     if kind is None:
-        return None
+        # a base of no kind we model: only attributes that tell its kind answer (`p.grad`)
+        handler = ATTRIBUTES.get((OPAQUE, access.attr))
+        return handler(access) if handler is not None else None
     for handler in (ATTRIBUTES.get((kind, access.attr)), ATTRIBUTE_DEFAULTS.get(kind)):
         if handler is not None:
             result = handler(access)

@@ -28,7 +28,7 @@ from typing import FrozenSet, List, Optional, Tuple
 from ..semantics import torchapi as api
 from ..core import values as V
 from .amp import SCALE
-from ..core.astutil import dotted, keyword, short, target_texts
+from ..core.astutil import dotted, keyword, names_read, short, target_texts
 from ..core.events import Backward, Cond, FunctionFacts, LocalCall, Site
 from ..core.memo import per_file
 from .optimizers import call_at
@@ -762,3 +762,114 @@ __all__ = ["Gate", "Window", "windows", "StalledCounter",
            "counter_advanced_only_when_stepping", "every_micro_step", "every_step_resets",
            "accumulation_loop", "helper_backwards", "backwarded_expr", "undivided_from_unread_code",
            "COUNTER", "FLAG", "COUNT", "MICRO_LOOP"]
+
+
+# ---------------------------------------------------------------------------- hooks that step
+# Registrations of a per-parameter hook that runs once the parameter's gradient is complete,
+# in every backward (torch's "optimizer in backward" recipe).
+GRAD_READY_HOOKS = frozenset({"register_post_accumulate_grad_hook"})
+
+
+@dataclass(frozen=True)
+class SteppingHook:
+    site: Site              # the registration, `p.register_post_accumulate_grad_hook(fn)`
+    func: object            # FunctionInfo of the hook: it steps and resets gradients
+
+
+@dataclass(frozen=True)
+class HookUndoes:
+    facts: FunctionFacts
+    loop: ast.AST
+    backward: Site          # a backward that runs every iteration of `loop`
+    hook: SteppingHook
+    gate: Gate              # the accumulation counter test the loop keeps
+
+
+@per_file("stepping_grad_hooks")
+def stepping_grad_hooks(analysis) -> List[SteppingHook]:
+    """Hooks registered unconditionally on parameters that step an optimizer and reset the
+    gradients (`def hook(p): opts[p].step(); opts[p].zero_grad()`): every backward after the
+    registration steps and zeroes each parameter as soon as its gradient is ready."""
+    found = []
+    for facts in analysis.all_facts():
+        for call in facts.calls:
+            if call.method not in GRAD_READY_HOOKS or not call.node.args or call.site.conds:
+                continue
+            func = _hook_function(facts.value(call.node.args[0]))
+            if func is not None and analysis.function_does(func, Does.STEP) \
+                    and analysis.function_does(func, Does.RESET):
+                found.append(SteppingHook(call.site, func))
+    return found
+
+
+def _hook_function(value: V.Value):
+    from ..core.flow import FunctionRef   # the marker of a value naming a function of the file
+    return value.node.func if isinstance(value.node, FunctionRef) else None
+
+
+@per_file("hook_undone_accumulation")
+def accumulation_undone_by_hooks(analysis) -> List[HookUndoes]:
+    """Loops that mean to accumulate (a counter test on an accumulation count, `if (i + 1) %
+    grad_accum_steps == 0:`) and backward on every iteration, in a file that registers a
+    stepping hook (`stepping_grad_hooks`): each backward steps and zeroes every parameter
+    at once, so no gradient is ever summed over the micro-steps."""
+    hooks = stepping_grad_hooks(analysis)
+    if not hooks:
+        return []
+    found = []
+    for facts in analysis.all_facts():
+        if analysis.framework_owned(facts.func):
+            continue
+        for loop in facts.loops:
+            gate = _accumulation_counter(analysis, facts, loop)
+            if gate is None:
+                continue
+            for record in analysis.in_loop(facts, "backwards", loop):
+                if record.site.loops[-1] is loop and not record.site.conds_inside(loop):
+                    found.append(HookUndoes(facts, loop, record.site, hooks[0], gate))
+                    break
+    return found
+
+
+def _accumulation_counter(analysis, facts: FunctionFacts, loop: ast.AST) -> Optional[Gate]:
+    """A counter test directly in `loop` whose count names gradient accumulation."""
+    for call in analysis.in_loop(facts, "calls", loop):
+        for cond in call.site.conds_inside(loop):
+            gate = Gate(COUNTER, cond.test, cond.test.lineno)
+            count = gate.count if cond.counter else None
+            if count and _ACCUM_NAME.search(count.rsplit(".", 1)[-1]):
+                return gate
+    return None
+
+
+# ---------------------------------------------------------------------------- names of the count
+# A name that says "accumulation count" in a helper that scales by it.
+_COUNT_WORD = re.compile(r"accum|grad_acc|micro|num_steps_per|_gas$|^gas$", re.IGNORECASE)
+# An argument that may carry the count or a scale into a helper (TPF004).
+_ARGUMENT_CARRIES_COUNT = re.compile(r"accum|grad_acc|micro|scale|^(args|cfg|config|conf|opt|"
+                                     r"opts|hparams|hp|settings)$", re.IGNORECASE)
+
+
+def may_carry_accumulation_count(expr: ast.expr) -> bool:
+    """An argument that may hold the accumulation count or a scale (`args`, `accum_steps`,
+    `1 / k`, any number)."""
+    return isinstance(expr, (ast.Constant, ast.BinOp)) or any(
+        any(_ARGUMENT_CARRIES_COUNT.search(part) for part in name.split("."))
+        for name in names_read(expr))
+
+
+def never_names_accumulation_count(func) -> bool:
+    """No name, attribute or parameter of `func` says accumulation (`accum`, `micro`,
+    `grad_acc`): a helper that scales by the count must name it somewhere."""
+    return not any(_COUNT_WORD.search(getattr(node, "id", None) or getattr(node, "attr", None)
+                                      or getattr(node, "arg", None) or "")
+                   for node in ast.walk(func.node)
+                   if isinstance(node, (ast.Name, ast.Attribute, ast.arg)))
+
+
+def passes_parameters_of(arg: ast.expr, models: set) -> bool:
+    """`model.parameters()` / `list(model.parameters())` given as the argument, for one of
+    `models`."""
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("parameters", "named_parameters")
+               and dotted(node.func.value) in models for node in ast.walk(arg))

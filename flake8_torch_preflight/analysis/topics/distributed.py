@@ -14,9 +14,10 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ..semantics import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted, is_const, keyword, target_texts
-from ..core.constants import unreachable
-from .epochs import argument_for, epoch_loops, generator_epochs, iterated_loaders, loaders_per_epoch
+from ..core.astutil import dotted, is_const, keyword, short, target_texts
+from ..core.constants import static_truth, unreachable
+from .epochs import (argument_for, epoch_loops, generator_epochs, iterated_loaders,
+                     loaders_per_epoch, returned_expressions)
 from ..core.memo import per_file
 from ..core.events import CallSite, FunctionFacts
 from ..project.index import VAL_LOADER_RE
@@ -338,9 +339,16 @@ SAMPLER_KEYWORDS = frozenset({"sampler", "batch_sampler"})
 
 
 def _may_carry_sampler(facts: FunctionFacts, scope: Scope, expr: ast.expr) -> bool:
-    """`**kwargs` may hold a sampler, unless `kwargs` is a name of the function every
+    """`**kwargs` may hold a sampler (see `unpacked_may_carry`)."""
+    return unpacked_may_carry(facts, scope, expr, SAMPLER_KEYWORDS)
+
+
+def unpacked_may_carry(facts: FunctionFacts, scope: Scope, expr: ast.expr,
+                       keywords: FrozenSet[str]) -> bool:
+    """`**kwargs` may pass one of `keywords`, unless `kwargs` is a name of the function every
     assignment of which is a dict whose keys we read (`dict(batch_size=b, num_workers=4)`,
-    `{"batch_size": b}`), none a sampler, and which is never changed in place."""
+    `{"batch_size": b}`, `{...} if use_cuda else {}`), none of them one of `keywords`, and
+    which is never changed in place."""
     if not isinstance(expr, ast.Name):
         return True
     producers = scope.producers.get(expr.id, [])
@@ -348,13 +356,17 @@ def _may_carry_sampler(facts: FunctionFacts, scope: Scope, expr: ast.expr) -> bo
         return True
     for rhs in producers:
         keys = _dict_keys(rhs)
-        if keys is None or keys & SAMPLER_KEYWORDS:
+        if keys is None or keys & keywords:
             return True
     return _changed_in_place(facts, expr.id)
 
 
 def _dict_keys(expr: ast.expr) -> Optional[FrozenSet[str]]:
-    """The keys of a dict display or a `dict(k=v, ...)` call; None when not all are known."""
+    """The keys of a dict display or a `dict(k=v, ...)` call (of either, for `a if c else
+    b`); None when not all are known."""
+    if isinstance(expr, ast.IfExp):
+        body, orelse = _dict_keys(expr.body), _dict_keys(expr.orelse)
+        return None if body is None or orelse is None else body | orelse
     if isinstance(expr, ast.Dict):
         if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in expr.keys):
             return frozenset(k.value for k in expr.keys)
@@ -412,8 +424,7 @@ def synthetic_data(analysis, scope: Scope, expr: ast.expr, depth: int) -> bool:
     if qual is None and isinstance(expr.func, ast.Name):
         func = analysis.index.function_named(expr.func.id, None)
         if func is not None:   # `random_dataset(n, dim)` of this file: what it returns
-            returns = [node.value for node in ast.walk(func.node)
-                       if isinstance(node, ast.Return) and node.value is not None]
+            returns = returned_expressions(analysis, func)
             inner = scope_of(analysis, analysis.facts_for(func))
             return bool(returns) and all(synthetic_data(analysis, inner, r, depth - 1) for r in returns)
     return False
@@ -507,10 +518,83 @@ def _class_reads_rank(analysis, cls) -> bool:
 # ------------------------------------------------------------------------ samplers
 def shuffles(call: CallSite) -> bool:
     """The DistributedSampler shuffles: `shuffle` left out or literally True."""
-    expr = keyword(call.node, "shuffle")
-    if expr is None and len(call.node.args) >= 4:
-        expr = call.node.args[3]
+    expr = _shuffle_argument(call.node)
     return expr is None or is_const(expr, True)
+
+
+def _shuffle_argument(node: ast.Call) -> Optional[ast.expr]:
+    expr = keyword(node, "shuffle")
+    if expr is None and len(node.args) >= 4:
+        expr = node.args[3]
+    return expr
+
+
+# Sentinel of `sampler_shuffle`: the sampler shuffles for certain.
+PROVEN = ""
+
+
+def sampler_shuffle(analysis, facts: FunctionFacts, call: CallSite) -> Optional[str]:
+    """Whether the DistributedSampler built by `call` shuffles: None when it never does (a
+    literal or folded False, or a parameter every caller of the file passes False for),
+    `PROVEN` when it does (left out, True), else what the `shuffle=` value is, for a
+    message that says it is taken as on (`shuffle=cfg.shuffle` from a config: the code is
+    written to run with shuffling on, and `set_epoch` is harmless when it is off)."""
+    expr = _shuffle_argument(call.node)
+    if expr is None:
+        return PROVEN
+    truth = _literal_truth(analysis, facts, expr)
+    if truth is not None:
+        return PROVEN if truth else None
+    passed = _passed_for_parameter(analysis, facts, expr)
+    if passed is not None:
+        known = [_literal_truth(analysis, f, e) for f, e in passed]
+        if passed and all(k is False for k in known):
+            return None
+        if any(k is True for k in known):
+            return PROVEN
+        shown = ", ".join(sorted({f"`{short(e, 30)}`" for (_, e), k in zip(passed, known)
+                                  if k is None}))
+        return f"`shuffle={short(expr, 30)}` is not fixed here (a caller passes {shown}); " \
+            f"taken as on"
+    return f"`shuffle={short(expr, 30)}` is not fixed here; taken as on"
+
+
+def _literal_truth(analysis, facts: FunctionFacts, expr: ast.expr) -> Optional[bool]:
+    if isinstance(expr, ast.Constant):
+        return bool(expr.value)
+    return static_truth(analysis, facts, expr)
+
+
+def _passed_for_parameter(analysis, facts: FunctionFacts, expr: ast.expr):
+    """(caller facts, expression) for what each call of the file passes for the parameter
+    `expr` names (its default where a call passes nothing); None when `expr` is no
+    parameter, or the function is called nowhere here."""
+    func = facts.func
+    if func is None or not isinstance(expr, ast.Name) or expr.id not in func.params \
+            or facts.value(expr).params != {func.params.index(expr.id)}:
+        return None
+    index = func.params.index(expr.id)
+    callers = analysis.callers(func)
+    if not callers:
+        return None
+    default = parameter_default(func, expr.id)
+    out = []
+    for caller_facts, call in callers:
+        arg = argument_for(func, call.node, index)
+        if arg is None and default is None:
+            return None
+        out.append((caller_facts, arg) if arg is not None else (facts, default))
+    return out
+
+
+def parameter_default(func, name: str) -> Optional[ast.expr]:
+    """The default expression of parameter `name` of `func`, if it has one."""
+    args = func.node.args
+    positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]],
+                        args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return defaults.get(name)
 
 
 @dataclass(frozen=True)

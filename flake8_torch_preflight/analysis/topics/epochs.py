@@ -11,7 +11,7 @@ import ast
 from typing import List, Optional, Tuple
 
 from ..core import values as V
-from ..core.astutil import iterated_expr
+from ..core.astutil import dotted, iterated_expr
 from ..core.events import FunctionFacts
 from ..core.memo import per_file
 from ..core.values import Value
@@ -47,6 +47,128 @@ def argument_for(func, call: ast.Call, index: int) -> Optional[ast.expr]:
     return None
 
 
+def constructor_argument(init, call: ast.Call, index: int) -> Optional[ast.expr]:
+    """The expression a construction `Cls(...)` passes for parameter `index` of `__init__`
+    (whose parameter 0, `self`, the construction does not pass)."""
+    pos = index - 1
+    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:pos + 1]):
+        return call.args[pos]
+    name = init.params[index] if index < len(init.params) else None
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
+
+
+def constructed_with(analysis, facts: FunctionFacts, expr: ast.AST) -> List[Value]:
+    """What `self.x` holds, read in a method, when `__init__` stores one of its parameters
+    unchanged there (`self.train_data = train_data`): the values the constructions of the
+    class in this file pass for that parameter (`Trainer(model, loader, ...)`). Empty when
+    the attribute is anything else, or the class is built nowhere here."""
+    func = facts.func
+    text = dotted(expr) if isinstance(expr, ast.Attribute) else None
+    if func is None or func.cls is None or not text or not text.startswith("self."):
+        return []
+    init = func.cls.method("__init__")
+    if init is None or init.home not in (None, analysis):
+        return []
+    stored = analysis.facts_for(init).env.get(text)
+    if stored is None or len(stored.params) != 1 or stored.tags - {V.BY_NAME}:
+        return []
+    index = next(iter(stored.params))
+    out: List[Value] = []
+    for caller_facts, call in analysis.callers(init):
+        arg = constructor_argument(init, call.node, index) if _is_construction(call.node) else None
+        if arg is not None:
+            out.extend(resolve_values(analysis, caller_facts, caller_facts.value(arg)))
+    return out
+
+
+def _is_construction(node) -> bool:
+    """`Trainer(...)`, `engine.Trainer(...)`; not `super().__init__(...)`."""
+    return isinstance(node, ast.Call) and not (
+        isinstance(node.func, ast.Attribute) and node.func.attr == "__init__")
+
+
+def container_entry(analysis, facts: FunctionFacts, expr: ast.AST) -> List[Value]:
+    """What `loaders["train"]` / `loaders[0]` holds when `loaders` is a name bound once in
+    this function (or at module level, read here) to a dict or list display, and every store
+    into it under that key (`loaders["train"] = ...`) is seen: the value of each expression
+    put there, as the flow evaluated it. Empty when the key or the container is not known,
+    or something else may change it (a second binding, a store under a computed key)."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
+            and isinstance(expr.slice, ast.Constant)):
+        return []
+    name, key = expr.value.id, expr.slice.value
+    for owner in (facts, analysis.module_facts):
+        if owner is not facts and facts.func is not None and name in facts.func.params:
+            break
+        found = _displayed_entries(analysis, owner).get(name)
+        if found is not None:
+            exprs = found.get(key)
+            return [owner.value(e) for e in exprs] if exprs else []
+    return []
+
+
+@per_file("displayed_entries")
+def _displayed_entries(analysis, facts: FunctionFacts):
+    """name -> {key: [value expressions]} for the names the scope binds exactly once, to a
+    dict display with constant keys or a list display, whose every other store is
+    `name[<constant>] = value`; a name stored any other way is left out."""
+    body = facts.func.node.body if facts.func is not None else analysis.tree.body
+    bound, broken = {}, set()
+    for node in _scope_nodes(body):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                _record_store(target, node.value, bound, broken)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.Delete)) \
+                or isinstance(node, ast.NamedExpr):
+            for target in _stored_names(node):
+                broken.add(target)
+    return {name: entries for name, entries in bound.items() if name not in broken}
+
+
+def _record_store(target, value, bound: dict, broken: set) -> None:
+    if isinstance(target, ast.Name):
+        entries = _display_entries(value)
+        if entries is None or target.id in bound:
+            broken.add(target.id)
+        else:
+            bound[target.id] = entries
+    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        name = target.value.id
+        if not isinstance(target.slice, ast.Constant) or name not in bound:
+            broken.add(name)
+        else:
+            bound[name].setdefault(target.slice.value, []).append(value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            broken.update(n.id for n in ast.walk(elt) if isinstance(n, ast.Name))
+
+
+def _display_entries(value) -> Optional[dict]:
+    if isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) for k in value.keys):
+        return {k.value: [v] for k, v in zip(value.keys, value.values)}
+    if isinstance(value, ast.List) and not any(isinstance(e, ast.Starred) for e in value.elts):
+        return {i: [e] for i, e in enumerate(value.elts)}
+    return None
+
+
+def _stored_names(node) -> List[str]:
+    targets = [getattr(node, "target", None)] + list(getattr(node, "targets", []))
+    targets += [item.optional_vars for item in getattr(node, "items", [])]
+    return [n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _scope_nodes(body):
+    """The nodes of one scope's own code (not nested functions, classes or lambdas)."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                      ast.Lambda)):
+                todo.append(child)
+
+
 def resolve_values(analysis, facts: FunctionFacts, value: Value, depth: int = 2) -> List[Value]:
     """`value`, or, when it is a parameter of `facts.func`, what the file's callers pass."""
     if not value.params or facts.func is None or depth <= 0 or value.has(V.LOADER):
@@ -67,7 +189,10 @@ def iterated_loaders(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Valu
     expr = iterated_expr(loop)
     if expr is None:
         return []
-    return [v for v in resolve_values(analysis, facts, facts.value(expr)) if v.has(V.LOADER)]
+    values = resolve_values(analysis, facts, facts.value(expr))
+    if not any(v.has(V.LOADER) and v.node is not None for v in values):
+        values = container_entry(analysis, facts, expr) or constructed_with(analysis, facts, expr)
+    return [v for v in values if v.has(V.LOADER)]
 
 
 def loaders_per_epoch(analysis, facts: FunctionFacts, loop: ast.AST) -> List[Tuple[Value, ast.AST]]:
@@ -103,8 +228,9 @@ def _helper_loaders(analysis, func, loop, out, seen, depth: int = 3) -> None:
         expr = iterated_expr(inner)
         if expr is not None:
             value = facts.value(expr)
-            if value.has(V.LOADER) and value.node is not None:
-                out.append((value, loop))
+            values = [value] if value.has(V.LOADER) and value.node is not None else (
+                container_entry(analysis, facts, expr) or constructed_with(analysis, facts, expr))
+            out.extend((v, loop) for v in values if v.has(V.LOADER) and v.node is not None)
     for call in facts.local_calls:
         _helper_loaders(analysis, call.callee, loop, out, seen, depth - 1)
 
@@ -152,6 +278,17 @@ def generator_epochs(analysis, facts: FunctionFacts) -> List[Tuple[FunctionFacts
             if value is not None and value.has(V.LOADER):
                 out.append((gen_facts, outer, value, pulling))
     return out
+
+
+def returned_expressions(analysis, func) -> List[ast.expr]:
+    """The values of `func`'s own `return` statements as the flow walked them, in source
+    order; empty when some `return` gives nothing or the function is a generator (what a
+    call returns is then not one of them)."""
+    exprs = analysis.facts_for(func).return_exprs
+    if not exprs or any(e is None for e in exprs) or _yields(analysis, func):
+        return []
+    unique = {id(e): e for e in exprs}.values()
+    return sorted(unique, key=lambda e: (e.lineno, e.col_offset))
 
 
 @per_file("yields", guard=False)

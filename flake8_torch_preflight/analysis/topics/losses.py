@@ -250,17 +250,19 @@ def raw_logits_source(analysis, facts: FunctionFacts, node: ast.expr, value: Val
     return f"`{short(call.node)}` at line {call.site.line} is the raw output of {why}"
 
 
-def _raw_module(analysis, module: Value, depth: int) -> Optional[str]:
+def _raw_module(analysis, module: Value, depth: int, single_unit: bool = False) -> Optional[str]:
+    """Words for `module` when it outputs raw scores (with `single_unit`: exactly one per
+    sample, an `nn.Linear(h, 1)` at the end); None when not sure."""
     if not module.has(V.MODULE) or module.has(V.ACTIVATION_MODULE) or module.has(V.LOSS_FN):
         return None
     node = module.node
     if isinstance(node, ast.Call):
         qual = analysis.imports.qualname(node.func)
-        if qual in RAW_OUTPUT_MODULES:
+        if qual in RAW_OUTPUT_MODULES and (not single_unit or _one_output(qual, node)):
             return f"the `{qual.replace('torch.nn.', 'nn.')}` made at line {node.lineno}"
         last = module.field("last")
         if last is not None and qual == "torch.nn.Sequential":
-            inner = _raw_module(analysis, last, depth + 1)
+            inner = _raw_module(analysis, last, depth + 1, single_unit)
             if inner is not None:
                 return f"the `nn.Sequential` made at line {node.lineno}, which ends with {inner}"
             return None
@@ -277,8 +279,66 @@ def _raw_module(analysis, module: Value, depth: int) -> Optional[str]:
         if len(returns) != 1:
             return None
         inner_callee = fwd_facts.value(returns[0].node.func)
-        inner = _raw_module(analysis, inner_callee, depth + 1)
+        inner = _raw_module(analysis, inner_callee, depth + 1, single_unit)
         if inner is None:
             return None
         return f"`{cls.name}.forward`, which returns the output of {inner}"
     return None
+
+
+def _one_output(qual: str, node: ast.Call) -> bool:
+    """`nn.Linear(h, 1)` / `nn.Linear(h, out_features=1)`: one score per sample."""
+    if qual != "torch.nn.Linear":
+        return False
+    out = node.args[1] if len(node.args) > 1 else keyword(node, "out_features")
+    return isinstance(out, ast.Constant) and out.value == 1 and not isinstance(out.value, bool)
+
+
+# ---------------------------------------------------------------------- softmax of one score
+@dataclass(frozen=True)
+class OneUnitSoftmax:
+    softmax: CallSite      # the softmax / log_softmax call
+    source: str            # words for the single-unit module it normalises
+    proven: bool           # the dim is the last one (`dim=-1`); `dim=1` assumes 2-D scores
+
+
+def softmax_of_one_unit(analysis, facts: FunctionFacts, node: ast.expr,
+                        value: Value) -> Optional[OneUnitSoftmax]:
+    """`F.softmax(self.fc(h), dim=-1)` where `self.fc` is an `nn.Linear(h, 1)` (or a model
+    ending in one): the softmax of a single score is 1.0 for every sample (its log-softmax
+    0.0), whatever the model computes, so nothing downstream depends on the model. Read
+    from the softmax call written in the argument or bound to it (no reshaping in between,
+    which could move the unit axis)."""
+    tags = value.tags & V.ACTIVATION_TAGS
+    if tags not in ({V.SOFTMAX}, {V.LOG_SOFTMAX}):
+        return None
+    call = producer(facts, node, value)
+    if call is None or not is_direct_activation_call(analysis, call, next(iter(tags))):
+        return None
+    dim = _softmax_dim(call)
+    inner = unwrapped_activation(analysis, facts, call.node)
+    if dim not in (1, -1) or inner is None:
+        return None
+    scores = producer(facts, inner, facts.value(inner))
+    if scores is None:
+        return None
+    callee = facts.value(scores.node.func)
+    if callee is UNKNOWN and scores.method == "forward" and scores.receiver is not None:
+        callee = scores.receiver
+    why = _raw_module(analysis, callee, 0, single_unit=True)
+    if why is None:
+        return None
+    return OneUnitSoftmax(call, f"`{short(scores.node)}` at line {scores.site.line} is the "
+                                f"single-score output of {why}", dim == -1)
+
+
+def _softmax_dim(call: CallSite) -> Optional[int]:
+    """The literal `dim` of `F.softmax(x, dim)` / `x.softmax(dim)`, else None."""
+    position = 0 if call.qualname is None else 1
+    dim = keyword(call.node, "dim")
+    if dim is None and len(call.node.args) > position:
+        dim = call.node.args[position]
+    if isinstance(dim, ast.UnaryOp) and isinstance(dim.op, ast.USub) \
+            and isinstance(dim.operand, ast.Constant):
+        return -dim.operand.value if isinstance(dim.operand.value, int) else None
+    return dim.value if isinstance(dim, ast.Constant) and isinstance(dim.value, int) else None

@@ -32,15 +32,16 @@ from typing import Dict, List, Optional
 
 from ..semantics import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted, is_const, iterated_expr, keyword, short
+from ..core.astutil import dotted, is_const, iterated_expr, keyword, short, target_texts
 from .distributed import (all_calls, ddp_wraps, evaluation_loader, loader_constructions, scope_of,
-                          sharding_reason, synthetic_data)
-from .epochs import argument_for, iterated_loaders
+                          sharding_reason, synthetic_data, unpacked_may_carry)
+from .epochs import argument_for, iterated_loaders, returned_expressions
 from ..core.events import CallSite, FunctionFacts
-from ..project.index import VAL_LOADER_RE, FunctionInfo
+from ..project.index import VAL_LOADER_RE, ClassInfo, FunctionInfo
 from ..core.memo import per_file
-from ..project.resolution import is_project_name, resolve, resolve_class
-from ..semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ORDER_KEEPING,
+from ..project.resolution import is_project_name, library_named_project, resolve, resolve_class
+from ..semantics.data import (HF_DATASET_COMBINERS, HF_DATASET_SOURCES, HF_ONE_TIME_ORDER,
+                              HF_ORDER_KEEPING,
                               INTEGER_DRAW_METHODS, ITERABLE_BASES, MAP_STYLE, MAP_STYLE_PREFIXES,
                               RANDOM_DRAW_PREFIXES, REAL_VALUED_DRAWS)
 
@@ -49,6 +50,10 @@ ONE_TIME_SHUFFLES = frozenset({"torch.utils.data.random_split", "torch.randperm"
                                "numpy.random.permutation", "numpy.random.shuffle",
                                "random.shuffle", "random.sample", "sklearn.utils.shuffle",
                                "sklearn.model_selection.train_test_split"})
+# Hugging Face methods whose result is map-style when their receiver is: the order-keeping
+# ones, and those that draw one order (read the same every epoch afterwards).
+HF_MAP_STYLE_KEEPING = HF_ORDER_KEEPING | HF_ONE_TIME_ORDER
+RANDOM_SPLIT = "torch.utils.data.random_split"
 # Draws inside a dataset class that pick an order or a sample (beyond the one-time shuffles).
 ORDER_DRAWS = ONE_TIME_SHUFFLES | frozenset({"numpy.random.choice", "random.choices",
                                              "torch.multinomial"})
@@ -267,7 +272,7 @@ def _judge(analysis, facts, call: CallSite, loop_owner, loop_facts, loop) -> Opt
     """What the map-style dataset of this never-shuffling training loader is, or None
     (`loop_owner`: the analysis of the file the training loop is in)."""
     node = call.node
-    if _may_shuffle(node) or evaluation_loader(call):
+    if _may_shuffle(analysis, facts, node) or evaluation_loader(call):
         return None
     dataset = keyword(node, "dataset") or (node.args[0] if node.args else None)
     if dataset is None or _named_for_evaluation(dataset):
@@ -286,8 +291,14 @@ def _judge(analysis, facts, call: CallSite, loop_owner, loop_facts, loop) -> Opt
     return kind
 
 
-def _may_shuffle(node: ast.Call) -> bool:
-    if any(kw.arg is None for kw in node.keywords):
+# Keywords of `DataLoader` that may make it shuffle, when passed through `**kwargs`.
+SHUFFLING_KEYWORDS = frozenset({"shuffle", "sampler", "batch_sampler"})
+
+
+def _may_shuffle(analysis, facts, node: ast.Call) -> bool:
+    if any(kw.arg is None and unpacked_may_carry(facts, scope_of(analysis, facts), kw.value,
+                                                 SHUFFLING_KEYWORDS)
+           for kw in node.keywords):
         return True
     shuffle = _loader_argument(node, *LOADER_SHUFFLE_ARGUMENT)
     if shuffle is not None and not is_const(shuffle, False):
@@ -325,7 +336,7 @@ def _replaced_by_unknown_call(analysis, construction: CallSite) -> bool:
             continue
         stmt = call.site.stmt
         if not (isinstance(stmt, ast.Assign) and stmt.value is call.node
-                and target in _target_texts(stmt.targets)):
+                and target in {t for each in stmt.targets for t in target_texts(each)}):
             continue
         passed = list(call.node.args) + [kw.value for kw in call.node.keywords]
         if any(facts.value(arg).node is construction.node for arg in passed):
@@ -340,17 +351,6 @@ def _bound_name(call: CallSite) -> Optional[str]:
     return None
 
 
-def _target_texts(targets) -> List[str]:
-    out = []
-    for target in targets:
-        for node in ast.walk(target):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                text = dotted(node)
-                if text:
-                    out.append(text)
-    return out
-
-
 def _named_for_evaluation(expr: ast.expr) -> bool:
     text = dotted(expr)
     last = text.rsplit(".", 1)[-1] if text else ""
@@ -360,9 +360,8 @@ def _named_for_evaluation(expr: ast.expr) -> bool:
 def _dataset_kind(analysis, facts, expr: ast.expr, depth: int) -> Optional[str]:
     """A description of a provably map-style dataset that does not reorder itself, else None."""
     if isinstance(expr, ast.Call):
-        split = _random_split_kind(analysis, facts, expr, depth)
-        if split is not None or _drawn_once(analysis, expr):
-            return split
+        if analysis.imports.qualname(expr.func) == RANDOM_SPLIT:
+            return _random_split_kind(analysis, facts, expr, depth)
         return (_constructed_kind(analysis, facts, expr)
                 or _hf_kind(analysis, facts, expr)
                 or _index_kind(analysis, facts, expr)
@@ -399,16 +398,22 @@ def _random_split_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[
     """`random_split(ds, [n, m])` of a map-style `ds`: its parts are `Subset`s, map-style,
     read in the one order the split drew, the same every epoch (the split draws which
     samples go where; it shuffles nothing later)."""
-    if analysis.imports.qualname(call.func) != "torch.utils.data.random_split" or not call.args:
+    if analysis.imports.qualname(call.func) != RANDOM_SPLIT or not call.args:
         return None
     inner = _dataset_kind(analysis, facts, call.args[0], depth)
     return f"a `random_split` subset of {inner}" if inner is not None else None
 
 
+# How many names, combinations and splits a Hugging Face dataset is followed through
+# (`precomputed = concatenate_datasets([train.map(...), ...])`, `train = ds["train"]...`,
+# `ds = load_dataset(...)`): each step is one producer lookup.
+_HF_DEPTH = 6
+
+
 def _hf_kind(analysis, facts, expr: ast.expr) -> Optional[str]:
     """`ds["train"]`, `ds["train"].with_transform(...)`, `load_dataset(..., split="train")`:
     a map-style Hugging Face dataset of a training split, described; else None."""
-    if not _hf_dataset(analysis, facts, expr, 3):
+    if not _hf_dataset(analysis, facts, expr, _HF_DEPTH):
         return None
     split = _split_of(expr)
     if split is None:
@@ -443,7 +448,7 @@ def _split_of(expr: ast.expr) -> Optional[str]:
         split = keyword(expr, "split")
         if isinstance(split, ast.Constant) and isinstance(split.value, str):
             return split.value
-        if not (isinstance(expr.func, ast.Attribute) and expr.func.attr in HF_ORDER_KEEPING):
+        if not (isinstance(expr.func, ast.Attribute) and expr.func.attr in HF_MAP_STYLE_KEEPING):
             return None
         expr = expr.func.value
 
@@ -457,7 +462,7 @@ def _returned_kind(analysis, facts, call: ast.Call, depth: int) -> Optional[str]
     if found is None:
         return None
     owner, func = found
-    returns = _return_values(func.node)
+    returns = returned_expressions(owner, func)
     if not returns:
         return None
     func_facts = owner.facts_for(func)
@@ -481,25 +486,6 @@ def _project_function(analysis, facts, call: ast.Call):
     return found if found is not None and isinstance(found[1], FunctionInfo) else None
 
 
-def _return_values(func: ast.AST) -> List[ast.expr]:
-    """The values of the function's own `return` statements (not of nested functions); empty
-    when some `return` gives nothing or the function yields."""
-    values: List[ast.expr] = []
-    todo = list(ast.iter_child_nodes(func))
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            return []
-        if isinstance(node, ast.Return):
-            if node.value is None:
-                return []
-            values.append(node.value)
-        todo.extend(ast.iter_child_nodes(node))
-    return sorted(values, key=lambda value: (value.lineno, value.col_offset))
-
-
 def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
     """`expr` is a Hugging Face `Dataset`/`DatasetDict` in its stored order: built by
     `load_dataset(...)` (not streaming), `Dataset.from_*` or `concatenate_datasets` of such,
@@ -517,7 +503,7 @@ def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
             return isinstance(parts, (ast.List, ast.Tuple)) and bool(parts.elts) and all(
                 _hf_dataset(analysis, facts, part, depth - 1) for part in parts.elts)
         func = expr.func
-        if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_ORDER_KEEPING:
+        if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_MAP_STYLE_KEEPING:
             return _hf_dataset(analysis, facts, func.value, depth)
         return False
     if isinstance(expr, ast.Subscript):
@@ -558,7 +544,7 @@ def _order_kept_from(expr: ast.expr) -> Optional[str]:
     """`ds` for `ds.map(...).rename_column(...)` or `ds["train"].select(...)`: the dataset an
     order-keeping chain starts from."""
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
-            and expr.func.attr in HF_ORDER_KEEPING:
+            and expr.func.attr in HF_MAP_STYLE_KEEPING:
         expr = expr.func.value
     if isinstance(expr, ast.Subscript):
         expr = expr.value
@@ -617,15 +603,6 @@ def _evaluation_split(call: ast.Call) -> bool:
         _EVAL_SPLIT.match(split.value))
 
 
-def _drawn_once(analysis, call: ast.Call) -> bool:
-    """The construction reads an order drawn once at random (`Subset(ds, perm[:n])` with a
-    `randperm` / `np.random.permutation`): random, if the same every epoch; left alone."""
-    for node in ast.walk(call):
-        if isinstance(node, ast.Call) and analysis.imports.qualname(node.func) in ONE_TIME_SHUFFLES:
-            return True
-    return False
-
-
 def _project_class(analysis, call: ast.Call, qual: Optional[str]):
     """(ClassInfo, FileAnalysis that holds it) for a dataset class of the project."""
     if isinstance(call.func, ast.Name) and call.func.id in analysis.index.classes:
@@ -634,6 +611,9 @@ def _project_class(analysis, call: ast.Call, qual: Optional[str]):
         resolved = resolve_class(analysis, qual)
         if resolved is not None:
             return resolved[1], resolved[0]
+    found = library_named_project(analysis, qual)   # the project's own `datasets.py`
+    if found is not None and isinstance(found[1], ClassInfo):
+        return found[1], found[0]
     return None, None
 
 
@@ -842,12 +822,22 @@ def _runs_once(analysis, func, depth: int) -> bool:
     return not call.site.loops and _runs_once(analysis, caller.func, depth - 1)
 
 
-@per_file("shuffling_named")
 def _named(analysis, name: str) -> int:
     """How often the file names `name` (as a variable or an attribute), calls included."""
-    return sum(1 for node in ast.walk(analysis.tree)
-               if isinstance(node, ast.Name) and node.id == name
-               or isinstance(node, ast.Attribute) and node.attr == name)
+    return _name_counts(analysis).get(name, 0)
+
+
+@per_file("shuffling_name_counts")
+def _name_counts(analysis) -> Dict[str, int]:
+    """name -> how often the file names it as a variable or an attribute: one walk of the
+    file, whatever the number of functions asked about."""
+    counts: Dict[str, int] = {}
+    for node in ast.walk(analysis.tree):
+        name = node.id if isinstance(node, ast.Name) else (
+            node.attr if isinstance(node, ast.Attribute) else None)
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _reshuffles(analysis, facts, loop) -> bool:
@@ -866,22 +856,20 @@ def _reshuffles(analysis, facts, loop) -> bool:
     return False
 
 
-__all__ = ["Unshuffled", "unshuffled_training_loaders", "MAP_STYLE", "ITERABLE_BASES",
-           "LIGHTNING_DATAMODULES", "LIGHTNING_TRAINERS"]
+__all__ = ["Unshuffled", "unshuffled_training_loaders", "samples_ignore_their_index", "MAP_STYLE",
+           "ITERABLE_BASES", "LIGHTNING_DATAMODULES", "LIGHTNING_TRAINERS"]
 
 
-def drawn_at_random(analysis, facts, expr: ast.expr, depth: int = 3) -> bool:
-    """The dataset's samples are fresh random draws: a synthetic dataset of draws
-    (`TensorDataset(torch.randn(n, d))`, `FakeData`) or a project class whose `__getitem__`
-    reads only what its constructor drew at random. The order it is read in changes nothing
-    a model learns from it (TPF009, TPF018). A name counts when every producer of it does."""
-    if synthetic_data(analysis, scope_of(analysis, facts), expr, depth=6):
-        return True
-    if isinstance(expr, ast.Name) and depth > 0:
-        producers = _producers(analysis, facts, expr.id)
-        return bool(producers) and all(drawn_at_random(analysis, facts, p, depth - 1)
-                                       for p in producers)
-    if not isinstance(expr, ast.Call):
+def samples_ignore_their_index(analysis, facts, expr: ast.expr) -> bool:
+    """The dataset is an instance of a project class whose `__getitem__` never reads the
+    index it is given (each call draws a fresh random sample, or returns the same one):
+    whatever order a sampler draws the indices in, the samples are the same (TPF009). A
+    dataset drawn at random once and then read by its index (`TensorDataset(torch.randn(n,
+    d))`, `self.x[i]`) is read in the sampler's order like any other."""
+    cls = facts.value(expr).cls
+    getitem = cls.method("__getitem__") if cls is not None else None
+    if getitem is None or len(getitem.params) < 2 or getitem.node.args.vararg is not None:
         return False
-    cls, owner = _project_class(analysis, expr, analysis.imports.qualname(expr.func))
-    return cls is not None and _samples_drawn_in_constructor(owner, cls)
+    index = getitem.params[1]
+    return not any(isinstance(node, ast.Name) and node.id in (index, "locals", "vars")
+                   for node in ast.walk(getitem.node))
