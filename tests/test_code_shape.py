@@ -30,3 +30,11 @@ def test_no_function_is_too_long_or_too_complex():
                for path, item in _functions()
                if item.endline - item.lineno + 1 > MAX_LINES or item.complexity > MAX_COMPLEXITY]
     assert not too_big, "\n".join(too_big)
+
+
+def test_rules_ask_the_analysis_instead_of_walking_the_tree():
+    """Issue 25: rules read the shared analysis; a walk of the tree belongs in analysis/."""
+    rules = Path(__file__).resolve().parent.parent / "flake8_torch_preflight" / "rules"
+    walkers = [path.name for path in sorted(rules.glob("*.py"))
+               if "ast.walk(" in path.read_text(encoding="utf-8")]
+    assert walkers == []
