@@ -78,3 +78,44 @@ def test_torchtune_recipe_says_its_runtime(tmp_path):
     assert s["runtime"].value == "torchtune" and s["precision"].value == "nf4"
     dequant = result.estimate.term("dequantised weight")
     assert dequant is not None and "14 B per weight" in dequant.note
+
+
+# --------------------------------------------------------------------------- bitsandbytes + PEFT
+
+KBIT_SCRIPT = """import torch
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+model = AutoModelForCausalLM.from_pretrained("TinyLlama/TinyLlama-1.1B-Chat-v1.0", quantization_config=q)
+model = prepare_model_for_kbit_training(model)
+model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+"""
+
+
+def test_prepare_model_for_kbit_training_keeps_the_unquantised_params_in_fp32():
+    """``prepare_model_for_kbit_training`` casts every half parameter that is not ``Params4bit``
+    to fp32: 4 B per embedding, norm and head weight instead of 2, and fp32 logits."""
+    up = _setup(kbit_fp32=True, lora_targets=["q_proj", "v_proj"], **SMALL)
+    bare = _setup(lora_targets=["q_proj", "v_proj"], **SMALL)
+    bd = up.model.breakdown
+    rest = bd.total - T.quantised_params(up)
+    assert T.weights(up).point - T.weights(bare).point == pytest.approx(2.0 * rest)
+    assert T.weights(up).upper == pytest.approx(T.weights(bare).upper)  # the old upper end was this case
+    toks, vocab = 2 * 64, up.model.dims.vocab
+    assert T.logits(up).point == pytest.approx(12.0 * toks * vocab)  # fp32 logits, log-softmax, gradient
+    assert T.logits(bare).point == pytest.approx(10.0 * toks * vocab)
+    # torchtune and litgpt never call it; the flag changes nothing there
+    tune = _setup(kbit_fp32=True, runtime="torchtune", lora_targets=["q_proj", "v_proj"], **SMALL)
+    assert T.kbit_fp32(tune) is False
+
+
+def test_the_script_reader_sees_prepare_model_for_kbit_training():
+    from vram_estimator.api import estimate_source
+
+    result = estimate_source(KBIT_SCRIPT)
+    assert result.estimate is not None, (result.errors, result.input_error)
+    s = result.estimate.settings
+    assert s["kbit_fp32"].value is True and s["precision"].value == "nf4"
+    quiet = estimate_source(KBIT_SCRIPT.replace("model = prepare_model_for_kbit_training(model)\n", ""))
+    assert "kbit_fp32" not in quiet.estimate.settings

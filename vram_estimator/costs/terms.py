@@ -77,6 +77,7 @@ class Setup:
     # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
     double_quant: bool = True  # bitsandbytes 4-bit with compress_statistics (absmax quantised)
     runtime: str = ""  # the training library when it decides memory (litgpt: see litgpt_quantised_embedding)
+    kbit_fp32: bool = False  # PEFT prepare_model_for_kbit_training: bitsandbytes' unquantised params in fp32
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
 
@@ -221,8 +222,8 @@ def weights(s: Setup) -> Term:
             per = 0.5  # the absmax is not sharded: its own term
         quantised = quantised_params(s)
         rest = bd.total - quantised
-        value = per * quantised + 2.0 * rest
-        upper_extra = 2.0 * rest if s.train else 0.0
+        value = per * quantised + (4.0 if kbit_fp32(s) else 2.0) * rest
+        upper_extra = 2.0 * rest if (s.train and not kbit_fp32(s)) else 0.0
         note = f"{s.precision} linear layers, bf16 rest"
     else:
         value = (2.0 if s.pc == "half" else 4.0) * bd.total
@@ -258,6 +259,13 @@ TORCHAO_NF4_SCALER_BYTES = 1.0 / 64 + 2.0 / (64 * 256)
 # (2 B) and the stacked weight (2 B) are alive together at the ``torch.stack``.
 NF4_DEQUANT_BYTES = {"torchtune": 14.0}
 NF4_DEQUANT_BYTES_DEFAULT = 2.0
+
+
+def kbit_fp32(s: Setup) -> bool:
+    """PEFT's ``prepare_model_for_kbit_training`` (``peft/utils/other.py``) casts every fp16/bf16
+    parameter that is not a ``Params4bit`` to fp32 -- embeddings, norms, the LM head -- unless the
+    model is GPTQ/AQLM/EETQ/HQQ/torchao quantised: a bitsandbytes run under transformers."""
+    return s.kbit_fp32 and s.quantised and s.runtime not in ("torchtune", "litgpt")
 
 
 def quantised_params(s: Setup) -> int:
@@ -690,7 +698,8 @@ def logits(s: Setup) -> Optional[Term]:
     if s.mode == "generate":
         return exact("logits buffer", s.batch * V * 8.0, "last-token logits (fp32)", dynamic=True)
     toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
-    pc = precision_class(s.compute_precision)
+    # an fp32 head (kbit_fp32) makes fp32 logits: the loss's upcast has nothing left to copy
+    pc = "fp32" if kbit_fp32(s) else precision_class(s.compute_precision)
     per = co["train"][pc] if s.train else co["inference"][pc]
     if s.train and s.loss == "liger-fused":
         return _liger_logits(s, toks, pc)
