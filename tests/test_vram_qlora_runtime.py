@@ -119,3 +119,15 @@ def test_the_script_reader_sees_prepare_model_for_kbit_training():
     assert s["kbit_fp32"].value is True and s["precision"].value == "nf4"
     quiet = estimate_source(KBIT_SCRIPT.replace("model = prepare_model_for_kbit_training(model)\n", ""))
     assert "kbit_fp32" not in quiet.estimate.settings
+
+
+def test_torchao_nf4_shards_its_scalers_under_fsdp2():
+    """``NF4Tensor.fsdp_pre_all_gather`` all-gathers the scalers with the data: they are sharded,
+    unlike bitsandbytes' ``QuantState`` kept whole on every rank."""
+    given = dict(model="llama-2-7b", precision="nf4", lora=8, world=2, sharding="fsdp2", batch=1, seq=64,
+                 mode="train", lora_targets=list(ALL))
+    tune = _setup(runtime="torchtune", **given)
+    bnb = _setup(**given)
+    assert T.quant_state(tune) is None and T.quant_state(bnb) is not None
+    one = _setup(runtime="torchtune", **dict(given, world=1, sharding="none"))
+    assert T.weights(tune).point == pytest.approx(T.weights(one).point / 2)  # scalers included

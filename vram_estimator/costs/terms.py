@@ -298,6 +298,10 @@ def quant_state(s: Setup) -> Optional[Term]:
     offloaded = s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP
     if not (s.precision == "nf4" and (s.sharded_weights or offloaded)):
         return None
+    if s.runtime == "torchtune":
+        # torchao's NF4Tensor shards its scalers with its data under FSDP2
+        # (``fsdp_pre_all_gather``: quantized_scalers, quantization_factor, quantized_data)
+        return None
     b = nf4_scaler_bytes(s) * quantised_params(s)
     return exact("quant state", b, "4-bit absmax of every layer on every rank (not a sharded parameter)")
 
