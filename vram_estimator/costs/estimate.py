@@ -268,6 +268,7 @@ def setup(settings: Dict[str, Value]) -> Setup:
         bnb_saves_input=_flag(settings, "bnb_saves_input", setting(settings, "runtime") == "litgpt"),
         runtime=str(setting(settings, "runtime", "") or ""),
         double_quant=_flag(settings, "double_quant", True),
+        kbit_fp32=_flag(settings, "kbit_fp32", False),
         loss=str(setting(settings, "loss", "hf") or "hf"),
         optimizer_in_bwd=_flag(settings, "optimizer_in_bwd", False) and train,
         grad_accum=max(1, _number(settings, "grad_accum", 1, notes)),

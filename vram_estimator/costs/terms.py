@@ -79,6 +79,7 @@ class Setup:
     # adapters in their own units) or "block" (litgpt's Block policy: frozen and trainable share one)
     double_quant: bool = True  # bitsandbytes 4-bit with compress_statistics (absmax quantised)
     runtime: str = ""  # the training library when it decides memory (litgpt: see litgpt_quantised_embedding)
+    kbit_fp32: bool = False  # PEFT prepare_model_for_kbit_training: bitsandbytes' unquantised params in fp32
     guessed: FrozenSet[str] = frozenset()  # settings that fell back to defaults
     notes: list = field(default_factory=list)
 
@@ -232,13 +233,13 @@ def weights(s: Setup) -> Term:
     bd = s.model.breakdown
     upper_extra = 0.0
     if s.quantised:
-        per = 1.0 if s.precision == "int8" else 0.5 + nf4_absmax_bytes(s.double_quant)
+        per = 1.0 if s.precision == "int8" else 0.5 + nf4_scaler_bytes(s)
         if quant_state(s) is not None:
             per = 0.5  # the absmax is not sharded: its own term
-        quantised = bd.linear + (bd.head if _quantises_head(s) else 0)
+        quantised = quantised_params(s)
         rest = bd.total - quantised
-        value = per * quantised + 2.0 * rest
-        upper_extra = 2.0 * rest if s.train else 0.0
+        value = per * quantised + (4.0 if kbit_fp32(s) else 2.0) * rest
+        upper_extra = 2.0 * rest if (s.train and not kbit_fp32(s)) else 0.0
         note = f"{s.precision} linear layers, bf16 rest"
     else:
         value = (2.0 if s.pc == "half" else 4.0) * bd.total
@@ -270,6 +271,46 @@ def nf4_absmax_bytes(double_quant: bool) -> float:
     return 1.0 / 64 + 4.0 / (64 * 256) if double_quant else 4.0 / 64
 
 
+# torchao's NF4Tensor (what torchtune's ``LoRALinear(quantize_base=True)`` holds,
+# ``torchao/dtypes/nf4tensor.py``, ``to_nf4(tensor, block_size=64, scaler_block_size=256)``) always
+# double-quantises: an int8 scaler per block of 64 (``quantized_scalers``) and one
+# ``quantization_factor`` per 256 scalers in the weight's own dtype (bf16), plus one scalar mean.
+TORCHAO_NF4_SCALER_BYTES = 1.0 / 64 + 2.0 / (64 * 256)
+# Transient bytes per element of one 4-bit weight while a matmul dequantises it.  bitsandbytes:
+# the half weight ``dequantize_4bit`` returns.  torchao's ``NF4Tensor.get_original_weight`` (what
+# ``LinearNF4`` calls in forward and again in backward): two int64 code tensors of n/2 each
+# (``(quantized_data >> 4).to(torch.long)``: 8 B), their bf16 look-ups (2 B), the two scaled halves
+# (2 B) and the stacked weight (2 B) are alive together at the ``torch.stack``.
+NF4_DEQUANT_BYTES = {"torchtune": 14.0}
+NF4_DEQUANT_BYTES_DEFAULT = 2.0
+
+
+def kbit_fp32(s: Setup) -> bool:
+    """PEFT's ``prepare_model_for_kbit_training`` (``peft/utils/other.py``) casts every fp16/bf16
+    parameter that is not a ``Params4bit`` to fp32 -- embeddings, norms, the LM head -- unless the
+    model is GPTQ/AQLM/EETQ/HQQ/torchao quantised: a bitsandbytes run under transformers."""
+    return s.kbit_fp32 and s.quantised and s.runtime not in ("torchtune", "litgpt")
+
+
+def quantised_params(s: Setup) -> int:
+    """Parameters stored in 4/8 bits.  torchtune quantises only the base weight of each
+    ``LoRALinear(quantize_base=True)`` (``_create_weight_and_bias``: ``to_nf4(linear.weight)``);
+    a block linear without an adapter stays an ``nn.Linear`` in the model's dtype.  bitsandbytes
+    (transformers, litgpt) replaces every block linear, and under litgpt the head too."""
+    bd = s.model.breakdown
+    if s.runtime == "torchtune" and s.lora:
+        d = s.model.dims
+        return int((d.layers or 1) * sum(t.fan_in * t.fan_out for t in s.chosen_lora()))
+    return bd.linear + (bd.head if _quantises_head(s) else 0)
+
+
+def nf4_scaler_bytes(s: Setup) -> float:
+    """Bytes per 4-bit weight beyond the packed half byte, for the runtime's NF4 layout."""
+    if s.runtime == "torchtune":
+        return TORCHAO_NF4_SCALER_BYTES
+    return nf4_absmax_bytes(s.double_quant)
+
+
 def quant_state(s: Setup) -> Optional[Term]:
     """Sharded 4-bit weights (FSDP / ZeRO-3 QLoRA, ``bnb_4bit_quant_storage``): the packed weight
     is a parameter and is sharded, but its absmax is not -- bitsandbytes keeps the layer's
@@ -281,8 +322,11 @@ def quant_state(s: Setup) -> Optional[Term]:
     offloaded = s.offload in ("param", "both") and s.sharding in ("zero3",) + _FSDP
     if not (s.precision == "nf4" and (s.sharded_weights or offloaded)):
         return None
-    n = s.model.breakdown.linear + (s.model.breakdown.head if _quantises_head(s) else 0)
-    b = nf4_absmax_bytes(s.double_quant) * n
+    if s.runtime == "torchtune":
+        # torchao's NF4Tensor shards its scalers with its data under FSDP2
+        # (``fsdp_pre_all_gather``: quantized_scalers, quantization_factor, quantized_data)
+        return None
+    b = nf4_scaler_bytes(s) * quantised_params(s)
     return exact("quant state", b, "4-bit absmax of every layer on every rank (not a sharded parameter)")
 
 
@@ -586,8 +630,10 @@ def dequant_buffer(s: Setup) -> Optional[Term]:
     copies = 1.0
     if _quantises_head(s):
         largest, copies = max(largest, bd.head or bd.embed), 2.0
-    b = 2.0 * copies * largest
-    return Term("dequantised weight", b * 0.5, b, 2 * b, "one linear dequantised to half", True)
+    per = NF4_DEQUANT_BYTES.get(s.runtime, NF4_DEQUANT_BYTES_DEFAULT) if s.precision == "nf4" else 2.0
+    b = per * copies * largest
+    note = "one linear dequantised to half" + (f" ({per:g} B per weight in flight)" if per != 2.0 else "")
+    return Term("dequantised weight", b * 0.5, b, 2 * b, note, True)
 
 
 # --------------------------------------------------------------------------- token terms
@@ -686,7 +732,8 @@ def logits(s: Setup) -> Optional[Term]:
     if s.mode == "generate":
         return exact("logits buffer", s.batch * V * 8.0, "last-token logits (fp32)", dynamic=True)
     toks = s.batch * (s.dec_seq if "two-stacks" in s.model.traits else s.seq)
-    pc = precision_class(s.compute_precision)
+    # an fp32 head (kbit_fp32) makes fp32 logits: the loss's upcast has nothing left to copy
+    pc = "fp32" if kbit_fp32(s) else precision_class(s.compute_precision)
     per = co["train"][pc] if s.train else co["inference"][pc]
     if s.train and s.loss == "liger-fused":
         return _liger_logits(s, toks, pc)

@@ -305,6 +305,8 @@ def _peft_model(reader: ScriptState, call: ast.Call, q: str) -> None:
 
 
 def _kbit_training(reader: ScriptState, call: ast.Call, q: str) -> None:
+    # every unquantised parameter to fp32 (bitsandbytes models; the estimate gates on the precision)
+    reader.put("kbit_fp32", True, call.lineno, 3, q.rsplit(".", 1)[-1])
     flag, how = reader.value_of(call, "use_gradient_checkpointing")
     if flag is None or flag is True:
         reader.put("checkpointing", "on", call.lineno, 3, how or q.rsplit(".", 1)[-1])

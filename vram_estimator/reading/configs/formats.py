@@ -347,6 +347,8 @@ def _torchtune(doc: Doc) -> List[Setting]:
     d = doc.data
     model = d.get("model") if isinstance(d.get("model"), dict) else {}
     out: List[Setting] = torchtune_model_settings(model)
+    # torchtune decides how its 4-bit weights are stored and run (torchao NF4, terms.quantised_params)
+    out.append(Setting("runtime", "torchtune", "torchtune recipe config", 4))
     mb = _count(d.get("batch_size"), "batch")
     if mb:
         out.append(Setting("batch", mb, "batch_size", 5))
