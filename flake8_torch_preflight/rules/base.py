@@ -7,11 +7,12 @@ Fix safety / Known limits.
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 from ..analysis import FileAnalysis
 from ..analysis.core.events import Site
-from ..findings import ERROR, Finding, FixPlan
+from ..analysis.core.provenance import Premise, assumed_text, first_unproven
+from ..findings import ERROR, WARNING, Finding, FixPlan
 
 
 class Rule:
@@ -25,10 +26,18 @@ class Rule:
 
     def finding(self, site: Site, what: str, evidence: str, fix: str,
                 severity: Optional[str] = None, plan: Optional[FixPlan] = None,
-                no_autofix: Optional[str] = None) -> Finding:
+                no_autofix: Optional[str] = None,
+                premises: Tuple[Premise, ...] = ()) -> Finding:
         """A finding at `site`. A fixable rule passes the `plan` of a fix it has proven safe
-        here, or says in `no_autofix` why `tpf fix` leaves this one to a human."""
+        here, or says in `no_autofix` why `tpf fix` leaves this one to a human. `premises`:
+        the facts of its chain; an error with an assumed premise is reported as a warning
+        whose evidence names the assumption (a finding is as strong as its weakest premise)."""
         if no_autofix:
             fix = f"{fix} (not applied by `tpf fix`: {no_autofix})"
-        return Finding(site.line, site.col, self.code, severity or self.severity, what, evidence,
-                       fix, plan)
+        severity = severity or self.severity
+        premises = tuple(premises)
+        if severity == ERROR and first_unproven(premises) is not None:
+            severity = WARNING
+            evidence = f"{evidence}; {assumed_text(premises)}"
+        return Finding(site.line, site.col, self.code, severity, what, evidence,
+                       fix, plan, premises)

@@ -105,6 +105,7 @@ from ..analysis.topics.accumulation import accumulation_loop
 from ..analysis.topics.classes import module_like
 from ..analysis.core.astutil import short
 from ..analysis.core.events import FunctionFacts, Store
+from ..analysis.core.provenance import graph_premise, proven
 from ..analysis.topics.fix_proof import arguments, container_premise, tensor_premise
 from ..analysis.core.memo import per_file
 from ..findings import ERROR, WARNING, Finding, FixPlan
@@ -178,21 +179,29 @@ class RetainedGraph(Rule):
         detach = f"`{atom}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
         fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
         plan, unsafe = _detach_plan(analysis, store, freeing is not None and freeing[1])
+        premises = (
+            graph_premise(stored, store.value),
+            proven(f"`{store.target}` outlives the loop at line {loop.lineno}",
+                   "it is created before the loop and not re-created in it"),
+        )
         if freeing is None:
             return self.finding(
                 store.site,
                 f"`{store.target}` keeps the autograd graph of every iteration alive",
                 f"{chain}; {where}; no backward frees it, so activations pile up until OOM",
-                fix, ERROR, plan=plan, no_autofix=unsafe)
-        line, proven = freeing
-        frees = "frees activations" if proven else \
+                fix, ERROR, plan=plan, no_autofix=unsafe,
+                premises=premises + (proven("no backward frees it",
+                                            "searched every backward of the iteration, "
+                                            "helpers included"),))
+        line, freed = freeing
+        frees = "frees activations" if freed else \
             "(of a value made by a call the analysis cannot see into) may free activations"
         return self.finding(
             store.site,
             f"`{store.target}` keeps each iteration's autograd graph nodes alive",
             f"{chain}; {where}; backward at line {line} {frees} but the stored "
             f"value still references its graph",
-            fix, WARNING, plan=plan, no_autofix=unsafe)
+            fix, WARNING, plan=plan, no_autofix=unsafe, premises=premises)
 
 
 def _detach_plan(analysis: FileAnalysis, store: Store, freed: bool):

@@ -112,6 +112,8 @@ def _mode_switch(call: Call) -> Optional[Value]:
     receiver, and `x.eval()` on a receiver of unknown kind (which it proves a module);
     anything else named `train()` (a trainer's) is not a mode switch."""
     root = call.receiver_text or _chain_root(call)
+    if not root and call.receiver.has(V.FRESH):
+        return call.receiver   # `deepcopy(model).eval()`: the copy's mode, no name's
     proven = _proven_module_by_eval(call)
     if not (call.receiver.has(V.MODULE) or _model_like(root) or proven):
         return None
@@ -147,6 +149,10 @@ def _returns_self(call: Call) -> Value:
     if call.method == "requires_grad_" and call.node.args and is_const(call.node.args[0], False) \
             and call.receiver_text:
         call.flow.record_freeze(call.node, call.receiver_text)   # a frozen teacher / encoder
+        return call.receiver.with_tags(V.FROZEN)
+    if call.method == "requires_grad_" and call.receiver_text:
+        call.flow.thaw(call.receiver_text)   # `requires_grad_()`: trainable again
+        return call.receiver.with_tags(drop=frozenset({V.FROZEN}))
     return call.receiver
 
 
@@ -185,6 +191,9 @@ def _submodule(access: Access) -> Optional[Value]:
     """`model.module`, `model.fc`: submodules of a module are modules."""
     if access.attr in _NOT_SUBMODULES:
         return None
+    cls = access.base.cls
+    if cls is not None and cls.method(access.attr) is not None:
+        return Value.of(V.BOUND_METHOD)   # `f = model.create_dummy_batch`: a method, no submodule
     return Value.of(V.MODULE, *(access.base.tags & {V.BY_NAME}))
 
 
@@ -194,6 +203,9 @@ def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) ->
     summary returned (a module class of the file) with the module's known activation,
     `inputs` the arguments' values."""
     line = node.lineno
+    if module.has(V.FROZEN):
+        # a frozen module makes no graph of its own: what it returns carries its inputs'
+        return derived(inputs, V.TENSOR, *(result.tags & V.ACTIVATION_TAGS or {V.LOGITS}))
     if module.has(V.PARAMETER_FREE) and (V.computed_without_graph(inputs)
                                          or any(v.grad for v in inputs)):
         # a layer with no parameters passes on its input's graph, and makes none of its own

@@ -102,14 +102,18 @@ def _requires_grad_assigned(flow, stmt: ast.stmt) -> None:
     whose parameters the loop walks (a linear probe, a frozen encoder)."""
     value = getattr(stmt, "value", None)
     targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
-    if not (isinstance(value, ast.Constant) and value.value is False):
+    if not isinstance(value, ast.Constant):
         return
     for target in targets:
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
             loop = flow.innermost_loop_binding(target.value.id)
             module = _parameters_of(getattr(loop, "iter", None)) if loop is not None else None
-            if module:
+            if module and value.value is False:
                 flow.record_freeze(stmt, module)
+                if stmt in loop.body:   # on every iteration: the whole module is frozen
+                    flow.freeze_after_loop(loop, module)
+            elif module:
+                flow.thaw(module)   # `p.requires_grad = True`: trainable again
 
 
 def _parameters_of(expr) -> Optional[str]:
