@@ -20,6 +20,7 @@ class Rule:
     name: str = ""                 # kebab-case, names the flagged pattern
     severity: str = ERROR          # the highest level the rule reports
     fix_safety: Optional[str] = None   # None | "safe" | "unsafe"
+    chain: Tuple[Premise, ...] = ()    # premises of every finding, when a site adds none
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         raise NotImplementedError
@@ -35,7 +36,7 @@ class Rule:
         if no_autofix:
             fix = f"{fix} (not applied by `tpf fix`: {no_autofix})"
         severity = severity or self.severity
-        premises = tuple(premises)
+        premises = tuple(premises) or self.chain
         if severity == ERROR and first_unproven(premises) is not None:
             severity = WARNING
             evidence = f"{evidence}; {assumed_text(premises)}"

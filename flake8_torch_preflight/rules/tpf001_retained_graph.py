@@ -122,6 +122,9 @@ _VERBS = {"append": "appended to", "extend": "extended into", "insert": "inserte
           "setattr": "assigned to", "augassign": "accumulated into"}
 
 
+_BOUNDED_RANGE = 16   # `for i in range(3)` over detection levels: a structure, not steps
+
+
 class RetainedGraph(Rule):
     code = "TPF001"
     name = "retained-graph"
@@ -327,6 +330,11 @@ def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool
     innermost = store.site.loops[-1]
     if _iterates_modules(facts, innermost):
         return True           # a walk over layers: as many entries as layers, not steps
+    if local and len(store.site.loops) == 1 and _walks_one_output(facts, innermost) \
+            and not analysis.loop_does(facts, innermost, Does.BACKWARD):
+        # `for i, pi in enumerate(preds): parts.append(...)`, then `torch.cat(parts)`: the
+        # list lives for this call and holds pieces of the graphs it was given
+        return True
     if store.how == "augassign" and store.key in store.value.containers:
         # `x = x + dt * model(x)`: an iterative computation (sampler, ODE step,
         # unrolled RNN), not a pile of per-step graphs.
@@ -340,6 +348,24 @@ def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool
     return local and len(store.site.loops) == 1 and (
         _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
         and analysis.loop_does(facts, innermost, Does.BACKWARD))
+
+
+def _walks_one_output(facts: FunctionFacts, loop) -> bool:
+    """The loop walks something of bounded size that already exists (the tensors of one
+    output: detection levels, per-feature embeddings; `range` of a literal): not a loader,
+    not a stream of steps."""
+    iterated = getattr(loop, "iter", None)
+    if iterated is None:
+        return False
+    while isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) \
+            and iterated.func.id in ("enumerate", "zip", "reversed") and iterated.args:
+        iterated = iterated.args[0]
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) \
+            and iterated.func.id == "range":
+        return bool(iterated.args) and all(isinstance(a, ast.Constant) and isinstance(a.value, int)
+                                           and a.value <= _BOUNDED_RANGE for a in iterated.args)
+    value = facts.value(iterated)
+    return value.grad and not value.has(V.LOADER)
 
 
 def _iterates_modules(facts: FunctionFacts, loop) -> bool:

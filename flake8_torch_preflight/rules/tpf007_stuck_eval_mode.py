@@ -84,6 +84,7 @@ from ..analysis.topics.modes import (ModeEvent, cond_texts, exits_after, frozen_
                                      function_events, last_iteration_only, loop_events,
                                      optimized_modules, related)
 from ..findings import ERROR, Finding
+from ..analysis.core.provenance import Premise, assumed, proven
 from .base import Rule
 
 
@@ -161,7 +162,8 @@ class StuckEvalMode(Rule):
                             or unreachable(analysis, facts, event.site):
                         continue   # changes nothing, or in a branch this program never takes
                     reported.add(key)
-                    yield self._report(event, work, loop)
+                    yield self._report(event, work, loop,
+                                       _premises(analysis, facts, event, events, optimized))
 
     def _stuck(self, events: List[ModeEvent], i: int, loop, exits, frozen, optimized):
         """The backward reached from eval event `i` with no train() on the way, or None."""
@@ -215,7 +217,7 @@ class StuckEvalMode(Rule):
                 return True
         return False
 
-    def _report(self, event: ModeEvent, work: ModeEvent, loop) -> Finding:
+    def _report(self, event: ModeEvent, work: ModeEvent, loop, premises) -> Finding:
         # An unnamed receiver (`validate(task.get_eval_model(), ...)`) is described in words,
         # never rendered as code.
         if event.receiver:
@@ -234,4 +236,26 @@ class StuckEvalMode(Rule):
                     f"batch-norm stay in eval mode from the next iteration on")
         fix = (f"call {train if event.receiver else '`train()` on the trained model'} at the "
                f"top of the loop at line {loop.lineno} (or at the top of the training helper)")
-        return self.finding(event.site, what, evidence, fix)
+        return self.finding(event.site, what, evidence, fix, premises=premises)
+
+
+def _premises(analysis, facts, event: ModeEvent, events, optimized) -> List[Premise]:
+    """The chain of a stuck eval mode: what `eval()` switches is the object the loop trains
+    (proven when its own training forward is seen, assumed when the loop's forward is not
+    visible and it is taken for the trained model), and nothing switches it back (the
+    iteration, helpers expanded, was searched)."""
+    who = f"`{event.receiver}`" if event.receiver else "the model passed to it"
+    premises = [proven(f"nothing switches {who} back to training",
+                       "searched the iteration, helpers included, round the loop")]
+    forwards = [e for e in events if e.kind == "forward" and not e.no_grad]
+    if event.receiver and any(e.receiver is not None and related(e.receiver, event.receiver)
+                              or any(related(a, event.receiver) for a in e.aliases)
+                              for e in forwards) or any(related(t, event.receiver or "")
+                                                        for t in optimized if event.receiver):
+        premises.append(proven(f"{who} is the model the loop trains",
+                               "its forward with autograd on, or its optimizer, is seen"))
+    else:
+        premises.append(assumed(f"{who} is the model the loop trains",
+                                f"{who} is taken for the trained model because the loop's "
+                                f"training forward is not visible"))
+    return premises

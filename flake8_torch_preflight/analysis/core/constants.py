@@ -72,6 +72,8 @@ def _fold(node: ast.expr, names: Dict[str, object], budget: int):
         return names.get(node.id, _UNKNOWN)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return names.get(f"{node.value.id}.{node.attr}", _UNKNOWN)
+    if isinstance(node, (ast.Call, ast.Subscript)):
+        return _fold_lookup(node, names)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         value = _fold(node.operand, names, budget - 1)
         return _UNKNOWN if value is _UNKNOWN else not value
@@ -90,6 +92,24 @@ def _fold(node: ast.expr, names: Dict[str, object], budget: int):
         except TypeError:      # `"a" > 1`: the script would raise here; not ours to judge
             return _UNKNOWN
     return _UNKNOWN
+
+
+def _fold_lookup(node, names: Dict[str, object]):
+    """`config.get("is_fixed")`, `config.get("k", False)`, `config["k"]` on a name bound
+    once to a literal dict that is only ever read (`literal_names`)."""
+    if isinstance(node, ast.Subscript):
+        base, key, default = node.value, node.slice, _UNKNOWN
+    elif isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args \
+            and len(node.args) <= 2 and not node.keywords:
+        base, key = node.func.value, node.args[0]
+        default = _literal(node.args[1].value) if len(node.args) == 2 and \
+            isinstance(node.args[1], ast.Constant) else (None if len(node.args) == 1 else _UNKNOWN)
+    else:
+        return _UNKNOWN
+    table = names.get(base.id, _UNKNOWN) if isinstance(base, ast.Name) else _UNKNOWN
+    if not isinstance(table, dict) or not isinstance(key, ast.Constant):
+        return _UNKNOWN
+    return table.get(key.value, default)
 
 
 def _singleton(value) -> bool:
@@ -135,10 +155,51 @@ def literal_names(analysis, facts: FunctionFacts) -> Dict[str, object]:
             value = _literal(node.value.value)
             if value is not _UNKNOWN:
                 literal[node.targets[0].id] = value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Dict):
+            table = _literal_dict(node.value)
+            if table is not None:
+                literal[node.targets[0].id] = table
     shared = _declared_shared(analysis)
     params = set(facts.func.params) if facts.func is not None else set()
+    tables = {name for name, value in literal.items() if isinstance(value, dict)}
+    mutable = _used_beyond_reads(scope, tables) if tables else set()
     return {name: value for name, value in literal.items()
-            if stores.get(name) == 1 and name not in shared and name not in params}
+            if stores.get(name) == 1 and name not in shared and name not in params
+            and name not in mutable}
+
+
+def _literal_dict(node: ast.Dict) -> Optional[dict]:
+    """`{"is_fixed": False, "lr": 0.1}`: string keys, literal values; else None."""
+    table = {}
+    for key, value in zip(node.keys, node.values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)
+                and isinstance(value, ast.Constant)):
+            return None
+        folded = _literal(value.value)
+        if folded is _UNKNOWN:
+            return None
+        table[key.value] = folded
+    return table
+
+
+def _used_beyond_reads(scope: ast.AST, names: Set[str]) -> Set[str]:
+    """The dict names of `names` used in any other way than `d.get("k"[, literal])` or
+    `d["k"]` read anywhere in the scope, nested functions included (passed to a call,
+    written, aliased: what it holds is then no longer proven)."""
+    allowed: Set[int] = set()
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "get" and isinstance(node.func.value, ast.Name) \
+                and not node.keywords and 1 <= len(node.args) <= 2 \
+                and all(isinstance(a, ast.Constant) for a in node.args):
+            allowed.add(id(node.func.value))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
+            allowed.add(id(node.value))
+    return {node.id for node in ast.walk(scope)
+            if isinstance(node, ast.Name) and node.id in names
+            and isinstance(node.ctx, ast.Load) and id(node) not in allowed}
 
 
 def _walk_scope(body):
