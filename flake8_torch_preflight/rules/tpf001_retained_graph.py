@@ -362,10 +362,22 @@ def _walks_one_output(facts: FunctionFacts, loop) -> bool:
         iterated = iterated.args[0]
     if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) \
             and iterated.func.id == "range":
-        return bool(iterated.args) and all(isinstance(a, ast.Constant) and isinstance(a.value, int)
-                                           and a.value <= _BOUNDED_RANGE for a in iterated.args)
+        return bool(iterated.args) and all(_structure_size(a) for a in iterated.args)
     value = facts.value(iterated)
     return value.grad and not value.has(V.LOADER)
+
+
+def _structure_size(expr: ast.expr) -> bool:
+    """A count fixed by a data structure, not by training: a small literal, `len(x)`,
+    `x.shape[i]`, `x.size(i)` (the fields of one batch, the levels of one output)."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, int) and expr.value <= _BOUNDED_RANGE
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "len":
+        return True
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
+        return expr.value.attr == "shape"
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+        and expr.func.attr == "size" and bool(expr.args)
 
 
 def _iterates_modules(facts: FunctionFacts, loop) -> bool:
