@@ -120,8 +120,8 @@ class EvalWithoutNoGrad(Rule):
         return self.finding(
             forward.site,
             f"forward pass `{forward.text}` in evaluation code records autograd history",
-            f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller wraps "
-            f"it, and no backward runs there, so activations are kept for nothing",
+            f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller in this "
+            f"file wraps it, and no backward runs there, so activations are kept for nothing",
             fix, plan=plan, no_autofix=unsafe)
 
     def _shared_forward_helpers(self, analysis, facts, trained, reported) -> Iterator[Finding]:
@@ -153,7 +153,7 @@ class EvalWithoutNoGrad(Rule):
                 f"code, records autograd history",
                 f"{reason}; `{local.callee.name}()` (called at line {site.line}) runs "
                 f"`{forward.text}` at line {forward.site.line} with autograd on; this call is "
-                f"not under `torch.no_grad()`/`inference_mode()`, no caller wraps it, and no "
+                f"not under `torch.no_grad()`/`inference_mode()`, no caller in this file wraps it, and no "
                 f"backward runs on this path, so activations are kept for nothing",
                 fix, plan=plan, no_autofix=unsafe)
 
@@ -190,6 +190,8 @@ def _recording_evaluation_forwards(analysis: FileAnalysis, facts, trained) -> It
         site = forward.site
         if site.no_grad or forward.module.has(V.LOSS_FN) or unreachable(analysis, facts, site):
             continue
+        if forward.module.has(V.FROZEN) and not forward.value.grad:
+            continue   # a frozen model (or one that runs its forward without grad) on graph-free inputs
         if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
             if calls is None:
                 calls = {id(c.node): c for c in facts.calls}

@@ -216,7 +216,11 @@ def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) ->
         tags.add(V.LOGITS)
     if module.has(V.LOSS_FN):
         tags = {V.TENSOR, V.LOSS} | (module.tags & {V.BY_NAME})
-    return Value(grad=not no_grad, graphs=V.union_graphs(frozenset({line}), result.graphs),
+    # the output shares its inputs' graphs too: a backward through it runs through theirs
+    graphs = V.union_graphs(frozenset({line}), result.graphs)
+    if not no_grad:
+        graphs = V.union_graphs(graphs, join_all(inputs).graphs)
+    return Value(grad=not no_grad, graphs=graphs,
                  origin=V.Origin(line, node),
                  tags=frozenset(tags) | (result.tags & {V.DIVIDED, V.LOSS}),
                  containers=result.containers | join_all(inputs).containers,
