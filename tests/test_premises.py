@@ -39,5 +39,26 @@ def test_an_assumed_premise_lowers_an_error_and_is_named(tmp_path):
         "    print(len(outputs))\n")
     found = [f for f in lint_tree(ast.parse(source), "collect.py") if f.code == "TPF001"]
     assert found and all(f.severity == WARNING for f in found)
-    assert "taken for a model or a loss by its parameter's name" in found[0].evidence
+    assert "`model` is taken for a model or a loss by its parameter's name" in found[0].evidence
     assert any(not p.proven for p in found[0].premises)
+
+
+def test_printing_the_mean_loss_does_not_refuse_the_detach_fix():
+    """Issue 25 item 4: `print(sum(losses) / len(losses))` is a builtin that cannot need a
+    graph, not "a call the analysis cannot see into"."""
+    source = (
+        "import torch\n"
+        "import torch.nn as nn\n\n\n"
+        "def train(loader):\n"
+        "    model = nn.Linear(8, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    losses = []\n"
+        "    for x, y in loader:\n"
+        "        loss = ((model(x) - y) ** 2).mean()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        losses.append(loss)\n"
+        "    print(sum(losses) / len(losses))\n")
+    found = [f for f in lint_tree(ast.parse(source), "train.py") if f.code == "TPF001"]
+    assert found and found[0].plan is not None, found[0].fix if found else "no finding"

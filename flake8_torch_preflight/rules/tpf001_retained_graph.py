@@ -105,8 +105,8 @@ from ..analysis.topics.accumulation import accumulation_loop
 from ..analysis.topics.classes import module_like
 from ..analysis.core.astutil import short
 from ..analysis.core.events import FunctionFacts, Store
-from ..analysis.core.provenance import graph_premise, proven
-from ..analysis.topics.fix_proof import arguments, container_premise, tensor_premise
+from ..analysis.core.provenance import first_unproven, graph_premise, proven
+from ..analysis.topics.fix_proof import arguments, detach_premises
 from ..analysis.core.memo import per_file
 from ..findings import ERROR, WARNING, Finding, FixPlan
 from .base import Rule
@@ -216,12 +216,10 @@ def _detach_plan(analysis: FileAnalysis, store: Store, freed: bool):
         return None, f"`{stored}` is {_VERBS.get(store.how, 'stored')} `{store.target}` whole"
     if isinstance(store.expr, _NOT_TENSORS):
         return None, f"`{stored}` is not one tensor"
-    why = tensor_premise(store.value)
-    if why is not None:
-        return None, f"`{stored}` {why}"
-    use = container_premise(analysis, store.key, returns_freed=freed)
-    if use is not None:
-        return None, f"what `{store.target}` holds {use}, which may need the graph"
+    unproven = first_unproven(detach_premises(analysis, stored, store.value, store.target,
+                                              store.key, returns_freed=freed))
+    if unproven is not None:
+        return None, unproven.basis
     return FixPlan("detach", store.expr), None
 
 

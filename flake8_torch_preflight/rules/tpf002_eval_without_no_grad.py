@@ -89,7 +89,8 @@ from ..analysis.core.astutil import assigns_self_attribute
 from ..analysis.topics.classes import module_like
 from ..analysis.core.constants import unreachable
 from ..analysis.topics.device import synthetic_tensor
-from ..analysis.topics.fix_proof import function_premise
+from ..analysis.core.provenance import first_unproven
+from ..analysis.topics.fix_proof import no_grad_premises
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -233,9 +234,9 @@ def _fix(analysis: FileAnalysis, func, reason: str):
         return ("wrap the evaluation loop in `with torch.no_grad():` (or "
                 "`torch.inference_mode()`)", None, None)
     advice = f"decorate `{func.name}` with `@torch.no_grad()`"
-    unproven = function_premise(analysis, func)
+    unproven = first_unproven(no_grad_premises(analysis, func))
     if unproven is not None:
-        return advice, None, unproven
+        return advice, None, unproven.basis
     return advice, FixPlan("no_grad_decorator", func.node), None
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Tuple
 
 from . import values as V
+from .astutil import dotted
 from .values import Value
 
 PROVEN, ASSUMED = "proven", "assumed"
@@ -67,14 +68,17 @@ def graph_premise(text: str, value: Value) -> Premise:
     is known only by its parameter's name."""
     claim = f"`{text}` carries an autograd graph"
     if value.has(V.BY_NAME) and not value.has(V.PROVEN_GRAPH):
-        return assumed(claim, "it is the output of an object taken for a model or a loss by "
-                              "its parameter's name")
+        maker = _maker(value)
+        who = f"`{maker}`" if maker else "the object that made it"
+        return assumed(claim, f"{who} is taken for a model or a loss by its parameter's name")
     return proven(claim, f"made at line {value.origin[0]}" if value.origin else "seen made")
 
 
-def weakest(premises: Iterable[Premise]) -> str:
-    """PROVEN when every premise is, else ASSUMED."""
-    return PROVEN if all(p.proven for p in premises) else ASSUMED
+def _maker(value: Value) -> str:
+    """`model` for a value made by `model(x)` (from its origin), else ""."""
+    node = getattr(value.origin, "_node", None) if value.origin is not None else None
+    func = getattr(node, "func", None)
+    return (dotted(func) or "") if func is not None else ""
 
 
 def first_unproven(premises: Iterable[Premise]) -> Optional[Premise]:
