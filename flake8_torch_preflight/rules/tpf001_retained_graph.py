@@ -54,6 +54,14 @@ the premise that failed. The message suggests `.item()` only outside hot trainin
 since `.item()` waits for the GPU (see TPF010).
 
 ## Known limits
+An error needs every premise proven (`analysis/core/provenance.py`): a stored value made
+by an object known as a model or a loss only by its parameter's name is reported as a
+warning whose evidence names that assumption. A module frozen by `requires_grad_(False)`,
+by `p.requires_grad = False` over its `parameters()`, or by its own class (which freezes
+itself in `__init__` or runs `forward` under `no_grad`/`inference_mode`) makes no graph of
+its own, and casts to an integer dtype (`.long()`, token ids) carry none. A local list
+filled by a walk over one output (`for i, p in enumerate(preds)`, `range(x.shape[1])`) in
+a function that runs no backward lives for that call only.
 Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
 comparisons, `argmax`, `torch.no_grad()`), when the container is created inside the loop,
 when the stored graphs are later consumed by a backward anywhere in the file

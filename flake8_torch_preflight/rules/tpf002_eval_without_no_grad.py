@@ -47,6 +47,12 @@ or to an in-file caller that differentiates. Otherwise the finding stays, and it
 names the premise that failed.
 
 ## Known limits
+Quiet on a frozen model (see TPF001: `requires_grad_(False)`, a class that freezes itself or
+runs its `forward` without grad) given graph-free inputs: it records nothing. A callable held
+in a name every binding of which is a factory (`knn = partial(KnnModule, k=10)`), passed for
+a parameter named `module` or `model`, builds an object when called; a method read off an
+object of a project class (`f = model.create_dummy_batch`) is that method, not a submodule.
+"No caller wraps it" is searched among the callers in this file.
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
 hooks (Lightning disables grad), in HF `Trainer` subclasses (but an `evaluate`,
 `prediction_step`, `evaluation_loop` or `predict` override that never calls `super()` is

@@ -34,6 +34,8 @@ No autofix: where the reset belongs (before the forward, after the step, or unde
 accumulation condition) depends on intent.
 
 ## Known limits
+An error needs every premise proven: an optimizer known only by its parameter's name
+(`def train(model, optimizer, ...)`) makes the finding a warning that names it.
 Quiet when the reset sits under an `if` in the loop (deliberate accumulation), in
 LightningModule and HF Trainer code (the framework zeroes gradients), with DeepSpeed engines
 (`engine.step()` zeroes them; the optimizer `deepspeed.initialize` returns does not, so

@@ -42,6 +42,9 @@ Unsafe: the fix is one `model.train()` line at the top of the epoch loop (or of 
 training helper), placed by hand.
 
 ## Known limits
+An error needs every premise proven: when the loop's own training forward is not visible
+and the switched model is only taken for the trained one, the finding is a warning that
+says so. `deepcopy(model).eval()` switches the copy, never `model`.
 Quiet in Lightning modules and HF `Trainer` subclasses (the framework toggles modes), when
 the `eval()` and a `train()` are chosen by the same condition (`if phase == "train": ...
 else: ...`), when the `eval()` only runs on the last iteration (`if epoch == epochs - 1:`, or
