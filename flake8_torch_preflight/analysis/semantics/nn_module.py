@@ -120,6 +120,8 @@ def _mode_switch(call: Call) -> Optional[Value]:
     node = call.node
     to_eval = call.method == "eval" or (node.args and is_const(node.args[0], False))
     call.flow.record_mode(node, "eval" if to_eval else "train", root)
+    if to_eval and root and call.receiver.has(V.FROZEN):
+        call.flow.record_freeze(node, root)   # a frozen module kept in eval on purpose
     return proven or call.receiver
 
 
