@@ -42,3 +42,17 @@ def test_frozen_only_on_every_path_and_thawed_again():
 def test_integer_casts_carry_no_graph():
     env = _env("net = nn.Linear(2, 2)\nids = net(torch.randn(1, 2)).long()\n")
     assert not env["ids"].grad
+
+
+def test_a_thawed_part_makes_the_model_trainable_again():
+    env = _env("net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))\n"
+               "for p in net.parameters():\n    p.requires_grad = False\n"
+               "for p in net[1].parameters():\n    p.requires_grad = True\n"
+               "enc = nn.Linear(2, 2)\nenc.requires_grad_(False)\nenc.weight.requires_grad_(True)\n"
+               "head = nn.Linear(2, 2)\nhead.requires_grad_(False)\nhead.bias.requires_grad = flag\n")
+    assert not any(env[name].has(V.FROZEN) for name in ("net", "enc", "head"))
+
+
+def test_a_copy_is_no_construction_of_a_new_model():
+    env = _env("net = nn.Linear(2, 2)\nbest = copy.deepcopy(net)\n")
+    assert env["best"].node is env["net"].node

@@ -107,3 +107,19 @@ def assigns_self_attribute(stmt: ast.AST) -> bool:
     """`self.x = ...` / `self.x: T = ...`: the statement stores an attribute of `self`."""
     targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
     return any(is_self_attribute(target) for target in targets)
+
+
+def reached_from(expr: Optional[ast.AST]) -> Optional[str]:
+    """The longest name chain an expression is reached from (`model` for
+    `model.get_classifier()`, `model.blocks` for `model.blocks[-1]`); None if none."""
+    while expr is not None:
+        text = dotted(expr)
+        if text is not None:
+            return text
+        if isinstance(expr, ast.Call):
+            expr = expr.func.value if isinstance(expr.func, ast.Attribute) else None
+        elif isinstance(expr, (ast.Attribute, ast.Subscript)):
+            expr = expr.value
+        else:
+            return None
+    return None

@@ -6,7 +6,7 @@ from typing import Optional
 
 from . import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted, is_const
+from ..core.astutil import dotted, is_const, reached_from
 from ..core.values import UNKNOWN, Value, derived, join_all
 from .registry import (OPAQUE, Access, Call, callee, method, method_kind, other_attributes,
                        other_methods, qualified_matching)
@@ -152,8 +152,9 @@ def _returns_self(call: Call) -> Value:
             and call.receiver_text:
         call.flow.record_freeze(call.node, call.receiver_text)   # a frozen teacher / encoder
         return call.receiver.with_tags(V.FROZEN)
-    if call.method == "requires_grad_" and call.receiver_text:
-        call.flow.thaw(call.receiver_text)   # `requires_grad_()`: trainable again
+    owner = reached_from(call.receiver_node)
+    if call.method == "requires_grad_" and owner:
+        call.flow.thaw(owner)   # `requires_grad_()` (of a part, too): trainable again
         return call.receiver.with_tags(drop=frozenset({V.FROZEN}))
     return call.receiver
 

@@ -40,7 +40,7 @@ def _copy(call: Call) -> Optional[Value]:
     if not original.tags and original.cls is None:
         return V.UNKNOWN   # a copy of something unknown: unknown, but no call left unseen
     return Value(tags=(original.tags - V.ACTIVATION_TAGS - {V.LOSS, V.DIVIDED}) | {V.FRESH},
-                 cls=original.cls, node=call.node, fields=original.fields)
+                 cls=original.cls, node=original.node, fields=original.fields)
 
 
 @qualified(*FACTORY_FUNCTIONS)
