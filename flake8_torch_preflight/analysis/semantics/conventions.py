@@ -50,14 +50,18 @@ def parameter_value(func, index: int, name: str) -> Value:
 
 
 def _annotated_module(func, name: str) -> bool:
-    """The parameter is annotated with `nn.Module` or a `torch.nn` layer class."""
+    """The parameter is annotated with `nn.Module`, a `torch.nn` layer class, or an
+    `nn.Module` class of its file (`unet: TinyUNet`): declared by the author, not guessed."""
     home = func.home
     args = getattr(func.node, "args", None)
     if home is None or args is None:
         return False
     for arg in args.posonlyargs + args.args + args.kwonlyargs:
         if arg.arg == name and arg.annotation is not None:
-            qual = home.imports.qualname(arg.annotation) or ""
+            annotation = arg.annotation
+            if isinstance(annotation, ast.Name) and annotation.id in home.index.classes:
+                return home.index.classes[annotation.id].is_module
+            qual = home.imports.qualname(annotation) or ""
             return qual == "torch.nn.Module" or api.is_torch_nn_class(qual)
     return False
 
