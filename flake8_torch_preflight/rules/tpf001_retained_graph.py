@@ -111,6 +111,7 @@ from ..analysis.semantics import torchapi as api
 from ..analysis.core import values as V
 from ..analysis.topics.accumulation import accumulation_loop
 from ..analysis.topics.classes import module_like
+from ..analysis.topics.epochs import resolve_values
 from ..analysis.core.astutil import short
 from ..analysis.core.events import FunctionFacts, Store
 from ..analysis.core.provenance import first_unproven, graph_premise, proven
@@ -336,7 +337,7 @@ def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool
     innermost = store.site.loops[-1]
     if _iterates_modules(facts, innermost):
         return True           # a walk over layers: as many entries as layers, not steps
-    if local and len(store.site.loops) == 1 and _walks_one_output(facts, innermost) \
+    if local and len(store.site.loops) == 1 and _walks_one_output(analysis, facts, innermost) \
             and not analysis.loop_does(facts, innermost, Does.BACKWARD):
         # `for i, pi in enumerate(preds): parts.append(...)`, then `torch.cat(parts)`: the
         # list lives for this call and holds pieces of the graphs it was given
@@ -356,9 +357,10 @@ def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool
         and analysis.loop_does(facts, innermost, Does.BACKWARD))
 
 
-def _walks_one_output(facts: FunctionFacts, loop) -> bool:
+def _walks_one_output(analysis, facts: FunctionFacts, loop) -> bool:
     """The loop walks something of bounded size that already exists (the tensors of one
-    output: detection levels, per-feature embeddings; `range` of a literal): not a loader,
+    output: detection levels, per-feature embeddings, also when every caller in the file
+    passes such an output for the parameter walked; `range` of a literal): not a loader,
     not a stream of steps."""
     iterated = getattr(loop, "iter", None)
     if iterated is None:
@@ -370,7 +372,10 @@ def _walks_one_output(facts: FunctionFacts, loop) -> bool:
             and iterated.func.id == "range":
         return bool(iterated.args) and all(_structure_size(a) for a in iterated.args)
     value = facts.value(iterated)
-    return value.grad and not value.has(V.LOADER)
+    if value.grad or not value.params:
+        return value.grad and not value.has(V.LOADER)
+    passed = resolve_values(analysis, facts, value)
+    return bool(passed) and all(v.grad and not v.has(V.LOADER) for v in passed)
 
 
 def _structure_size(expr: ast.expr) -> bool:
