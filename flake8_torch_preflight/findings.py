@@ -46,6 +46,9 @@ class Finding:
     # How `tpf fix` applies the fix (None: no automatic fix for this finding). Not part of
     # the finding's identity: two runs over the same file give equal findings.
     plan: Optional[FixPlan] = field(default=None, compare=False, repr=False)
+    # The facts the finding rests on (`analysis.core.provenance.Premise`), each proven or
+    # assumed; an error has only proven ones. Internal (tests ask for them), not cached.
+    premises: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def message(self) -> str:

@@ -109,3 +109,18 @@ def _self_truth(test: str, tail: str):
 ])
 def test_self_attribute_folding(test, tail, truth):
     assert _self_truth(test, tail) is truth
+
+
+@pytest.mark.parametrize("body, test, truth", [
+    # issue 25: a literal dict that is only read folds through `.get` and `[]`
+    ("config = {'is_fixed': False, 'lr': 0.1}\n", "config.get('is_fixed')", False),
+    ("config = {'is_fixed': False}\n", "config.get('missing')", False),        # None
+    ("config = {'is_fixed': False}\n", "config.get('missing', True)", True),
+    ("config = {'warmup': 3}\n", "config['warmup'] > 1", True),
+    ("config = {'is_fixed': False}\nconfig['is_fixed'] = arg\n", "config.get('is_fixed')", None),
+    ("config = {'is_fixed': False}\nsetup(config)\n", "config.get('is_fixed')", None),
+    ("config = {'is_fixed': False}\nconfig.update(arg)\n", "config.get('is_fixed')", None),
+    ("config = {'is_fixed': arg}\n", "config.get('is_fixed')", None),          # not literal
+])
+def test_folding_literal_dicts(body, test, truth):
+    assert _truth(body, test) is truth

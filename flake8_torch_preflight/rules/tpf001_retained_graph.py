@@ -54,6 +54,14 @@ the premise that failed. The message suggests `.item()` only outside hot trainin
 since `.item()` waits for the GPU (see TPF010).
 
 ## Known limits
+An error needs every premise proven (`analysis/core/provenance.py`): a stored value made
+by an object known as a model or a loss only by its parameter's name is reported as a
+warning whose evidence names that assumption. A module frozen by `requires_grad_(False)`,
+by `p.requires_grad = False` over its `parameters()`, or by its own class (which freezes
+itself in `__init__` or runs `forward` under `no_grad`/`inference_mode`) makes no graph of
+its own, and casts to an integer dtype (`.long()`, token ids) carry none. A local list
+filled by a walk over one output (`for i, p in enumerate(preds)`, `range(x.shape[1])`) in
+a function that runs no backward lives for that call only.
 Quiet when the value went through a graph breaker (`.detach()`, `.item()`, `float()`,
 comparisons, `argmax`, `torch.no_grad()`), when the container is created inside the loop,
 when the stored graphs are later consumed by a backward anywhere in the file
@@ -103,9 +111,11 @@ from ..analysis.semantics import torchapi as api
 from ..analysis.core import values as V
 from ..analysis.topics.accumulation import accumulation_loop
 from ..analysis.topics.classes import module_like
+from ..analysis.topics.epochs import resolve_values
 from ..analysis.core.astutil import bound_names, short
 from ..analysis.core.events import FunctionFacts, Store
-from ..analysis.topics.fix_proof import arguments, container_premise, tensor_premise
+from ..analysis.core.provenance import first_unproven, graph_premise, proven
+from ..analysis.topics.fix_proof import arguments, detach_premises
 from ..analysis.core.memo import per_file
 from ..findings import ERROR, WARNING, Finding, FixPlan
 from .base import Rule
@@ -119,6 +129,9 @@ _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
 _VERBS = {"append": "appended to", "extend": "extended into", "insert": "inserted into",
           "add": "added to", "update": "merged into", "setitem": "stored into",
           "setattr": "assigned to", "augassign": "accumulated into"}
+
+
+_BOUNDED_RANGE = 16   # `for i in range(3)` over detection levels: a structure, not steps
 
 
 class RetainedGraph(Rule):
@@ -178,21 +191,29 @@ class RetainedGraph(Rule):
         detach = f"`{atom}.detach()`" if len(stored) < 30 else "`.detach()` on the stored value"
         fix = f"store {detach}" + ("" if hot else " (or `.item()` for a Python number)")
         plan, unsafe = _detach_plan(analysis, store, freeing is not None and freeing[1])
+        premises = (
+            graph_premise(stored, store.value),
+            proven(f"`{store.target}` outlives the loop at line {loop.lineno}",
+                   "it is created before the loop and not re-created in it"),
+        )
         if freeing is None:
             return self.finding(
                 store.site,
                 f"`{store.target}` keeps the autograd graph of every iteration alive",
                 f"{chain}; {where}; no backward frees it, so activations pile up until OOM",
-                fix, ERROR, plan=plan, no_autofix=unsafe)
-        line, proven = freeing
-        frees = "frees activations" if proven else \
+                fix, ERROR, plan=plan, no_autofix=unsafe,
+                premises=premises + (proven("no backward frees it",
+                                            "searched every backward of the iteration, "
+                                            "helpers included"),))
+        line, freed = freeing
+        frees = "frees activations" if freed else \
             "(of a value made by a call the analysis cannot see into) may free activations"
         return self.finding(
             store.site,
             f"`{store.target}` keeps each iteration's autograd graph nodes alive",
             f"{chain}; {where}; backward at line {line} {frees} but the stored "
             f"value still references its graph",
-            fix, WARNING, plan=plan, no_autofix=unsafe)
+            fix, WARNING, plan=plan, no_autofix=unsafe, premises=premises)
 
 
 def _detach_plan(analysis: FileAnalysis, store: Store, freed: bool):
@@ -204,12 +225,10 @@ def _detach_plan(analysis: FileAnalysis, store: Store, freed: bool):
         return None, f"`{stored}` is {_VERBS.get(store.how, 'stored')} `{store.target}` whole"
     if isinstance(store.expr, _NOT_TENSORS):
         return None, f"`{stored}` is not one tensor"
-    why = tensor_premise(store.value)
-    if why is not None:
-        return None, f"`{stored}` {why}"
-    use = container_premise(analysis, store.key, returns_freed=freed)
-    if use is not None:
-        return None, f"what `{store.target}` holds {use}, which may need the graph"
+    unproven = first_unproven(detach_premises(analysis, stored, store.value, store.target,
+                                              store.key, returns_freed=freed))
+    if unproven is not None:
+        return None, unproven.basis
     return FixPlan("detach", store.expr), None
 
 
@@ -317,6 +336,11 @@ def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool
     innermost = store.site.loops[-1]
     if _iterates_modules(facts, innermost):
         return True           # a walk over layers: as many entries as layers, not steps
+    if local and len(store.site.loops) == 1 and _walks_one_output(analysis, facts, innermost) \
+            and not analysis.loop_does(facts, innermost, Does.BACKWARD):
+        # `for i, pi in enumerate(preds): parts.append(...)`, then `torch.cat(parts)`: the
+        # list lives for this call and holds pieces of the graphs it was given
+        return True
     if store.how == "augassign" and store.key in store.value.containers:
         # `x = x + dt * model(x)`: an iterative computation (sampler, ODE step,
         # unrolled RNN), not a pile of per-step graphs.
@@ -330,6 +354,40 @@ def _bounded_by_the_iteration(analysis, facts, store, in_call: bool, local: bool
     return local and len(store.site.loops) == 1 and (
         _steps_after(analysis, facts, innermost) or accumulation_loop(innermost)
         and analysis.loop_does(facts, innermost, Does.BACKWARD))
+
+
+def _walks_one_output(analysis, facts: FunctionFacts, loop) -> bool:
+    """The loop walks something of bounded size that already exists (the tensors of one
+    output: detection levels, per-feature embeddings, also when every caller in the file
+    passes such an output for the parameter walked; `range` of a literal): not a loader,
+    not a stream of steps."""
+    iterated = getattr(loop, "iter", None)
+    if iterated is None:
+        return False
+    while isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) \
+            and iterated.func.id in ("enumerate", "zip", "reversed") and iterated.args:
+        iterated = iterated.args[0]
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) \
+            and iterated.func.id == "range":
+        return bool(iterated.args) and all(_structure_size(a) for a in iterated.args)
+    value = facts.value(iterated)
+    if value.grad or not value.params:
+        return value.grad and not value.has(V.LOADER)
+    passed = resolve_values(analysis, facts, value)
+    return bool(passed) and all(v.grad and not v.has(V.LOADER) for v in passed)
+
+
+def _structure_size(expr: ast.expr) -> bool:
+    """A count fixed by a data structure, not by training: a small literal, `len(x)`,
+    `x.shape[i]`, `x.size(i)` (the fields of one batch, the levels of one output)."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, int) and expr.value <= _BOUNDED_RANGE
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "len":
+        return True
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
+        return expr.value.attr == "shape"
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+        and expr.func.attr == "size" and bool(expr.args)
 
 
 def _iterates_modules(facts: FunctionFacts, loop) -> bool:

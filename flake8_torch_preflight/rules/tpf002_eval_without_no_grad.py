@@ -47,6 +47,12 @@ or to an in-file caller that differentiates. Otherwise the finding stays, and it
 names the premise that failed.
 
 ## Known limits
+Quiet on a frozen model (see TPF001: `requires_grad_(False)`, a class that freezes itself or
+runs its `forward` without grad) given graph-free inputs: it records nothing. A callable held
+in a name every binding of which is a factory (`knn = partial(KnnModule, k=10)`), passed for
+a parameter named `module` or `model`, builds an object when called; a method read off an
+object of a project class (`f = model.create_dummy_batch`) is that method, not a submodule.
+"No caller wraps it" is searched among the callers in this file.
 Quiet in Lightning `validation_step`/`test_step`/`predict_step` and other LightningModule
 hooks (Lightning disables grad), in HF `Trainer` subclasses (but an `evaluate`,
 `prediction_step`, `evaluation_loop` or `predict` override that never calls `super()` is
@@ -89,7 +95,8 @@ from ..analysis.core.astutil import assigns_self_attribute
 from ..analysis.topics.classes import module_like
 from ..analysis.core.constants import unreachable
 from ..analysis.topics.device import synthetic_tensor
-from ..analysis.topics.fix_proof import function_premise
+from ..analysis.core.provenance import first_unproven
+from ..analysis.topics.fix_proof import no_grad_premises
 from ..findings import WARNING, Finding, FixPlan
 from .base import Rule
 
@@ -120,8 +127,8 @@ class EvalWithoutNoGrad(Rule):
         return self.finding(
             forward.site,
             f"forward pass `{forward.text}` in evaluation code records autograd history",
-            f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller wraps "
-            f"it, and no backward runs there, so activations are kept for nothing",
+            f"{reason}; not under `torch.no_grad()`/`inference_mode()`, no caller in this "
+            f"file wraps it, and no backward runs there, so activations are kept for nothing",
             fix, plan=plan, no_autofix=unsafe)
 
     def _shared_forward_helpers(self, analysis, facts, trained, reported) -> Iterator[Finding]:
@@ -153,7 +160,7 @@ class EvalWithoutNoGrad(Rule):
                 f"code, records autograd history",
                 f"{reason}; `{local.callee.name}()` (called at line {site.line}) runs "
                 f"`{forward.text}` at line {forward.site.line} with autograd on; this call is "
-                f"not under `torch.no_grad()`/`inference_mode()`, no caller wraps it, and no "
+                f"not under `torch.no_grad()`/`inference_mode()`, no caller in this file wraps it, and no "
                 f"backward runs on this path, so activations are kept for nothing",
                 fix, plan=plan, no_autofix=unsafe)
 
@@ -190,6 +197,8 @@ def _recording_evaluation_forwards(analysis: FileAnalysis, facts, trained) -> It
         site = forward.site
         if site.no_grad or forward.module.has(V.LOSS_FN) or unreachable(analysis, facts, site):
             continue
+        if forward.module.has(V.FROZEN) and not forward.value.grad:
+            continue   # a frozen model (or one that runs its forward without grad) on graph-free inputs
         if forward.module.cls is not None and _parameter_free(analysis, forward.module.cls):
             if calls is None:
                 calls = {id(c.node): c for c in facts.calls}
@@ -231,9 +240,9 @@ def _fix(analysis: FileAnalysis, func, reason: str):
         return ("wrap the evaluation loop in `with torch.no_grad():` (or "
                 "`torch.inference_mode()`)", None, None)
     advice = f"decorate `{func.name}` with `@torch.no_grad()`"
-    unproven = function_premise(analysis, func)
+    unproven = first_unproven(no_grad_premises(analysis, func))
     if unproven is not None:
-        return advice, None, unproven
+        return advice, None, unproven.basis
     return advice, FixPlan("no_grad_decorator", func.node), None
 
 

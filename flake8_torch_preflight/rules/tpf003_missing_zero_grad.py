@@ -34,6 +34,8 @@ No autofix: where the reset belongs (before the forward, after the step, or unde
 accumulation condition) depends on intent.
 
 ## Known limits
+An error needs every premise proven: an optimizer known only by its parameter's name
+(`def train(model, optimizer, ...)`) makes the finding a warning that names it.
 Quiet when the reset sits under an `if` in the loop (deliberate accumulation), unless the
 step runs every iteration and the test proves the reset does not: a test that folds to
 false (`if False:`, `if config.get("is_fixed"):` over a literal dict read only by key), or
@@ -66,6 +68,7 @@ from ..analysis import Does, FileAnalysis
 from ..analysis.core import values as V
 from ..analysis.core.astutil import dotted
 from ..analysis.core.events import Site
+from ..analysis.core.provenance import kind_premise, proven
 from ..analysis.topics.optimizers import call_at
 from ..analysis.topics.resets import (loop_invariant_test, parameter_owners,
                                       reset_not_every_iteration, tests_only_the_parameter)
@@ -105,7 +108,8 @@ class MissingZeroGrad(Rule):
                     f"loop at line {loop.lineno}; {why}, so each step applies the sum of all "
                     f"earlier gradients",
                     "call `optimizer.zero_grad(set_to_none=True)` once per iteration "
-                    "(before the forward or after `optimizer.step()`)")
+                    "(before the forward or after `optimizer.step()`)",
+                    premises=_premises(analysis, facts, loop, step))
 
     def _other_optimizer_reset(self, analysis, facts, loop, step, name: str, resets,
                                exclusive) -> Finding:
@@ -113,6 +117,11 @@ class MissingZeroGrad(Rule):
         before = [s for s in backwards if s.line <= step.line]
         backward = max(before, key=lambda s: s.line) if before else min(backwards, key=lambda s: s.line)
         reset_text = ", ".join(f"{text} (line {line})" for text, line in resets)
+        stepped = _stepped(analysis, facts, step)
+        premises = (proven(f"the resets in the loop at line {loop.lineno} do not reset `{name}`",
+                           "each reset's optimizer and parameters were traced"),) + (
+            (kind_premise(name, stepped.value, V.OPTIMIZER),) if stepped is not None
+            and not stepped.value.has(V.SCALER) else ())
         if exclusive is not None:
             return self.finding(
                 backward,
@@ -122,14 +131,16 @@ class MissingZeroGrad(Rule):
                 f"changes; the resets in the loop are {reset_text}, and those of `{name}` are "
                 f"on the other branch, so each of its steps applies the sum of all earlier "
                 f"gradients",
-                f"call `{name}.zero_grad(set_to_none=True)` on the branch that steps it too")
+                f"call `{name}.zero_grad(set_to_none=True)` on the branch that steps it too",
+                premises=premises)
         return self.finding(
             backward,
             f"`{name}`'s gradients accumulate across steps: the loop resets only other gradients",
             f"`{name}`'s step at line {step.line} in the loop at line {loop.lineno}; the resets "
             f"in it are {reset_text}, which do not reset all the parameters `{name}` updates, "
             f"so each of its steps applies the sum of all earlier gradients",
-            f"call `{name}.zero_grad(set_to_none=True)` once per iteration, next to its step")
+            f"call `{name}.zero_grad(set_to_none=True)` once per iteration, next to its step",
+            premises=premises)
 
 
 # ---------------------------------------------------------------------- which optimizer
@@ -147,6 +158,21 @@ class _Stepped:
     value: V.Value
     site: Site
     owners: Optional[FrozenSet[str]]   # modules whose parameters it updates, when known
+
+
+def _premises(analysis, facts, loop, step: Site):
+    """The chain of a missing reset: what is stepped is an optimizer (proven when built, by
+    a name only assumed), and nothing in the iteration resets (the loop and every helper it
+    calls were searched; a call the analysis cannot see into would have kept it quiet)."""
+    stepped = _stepped(analysis, facts, step)
+    premises = [proven(f"nothing resets gradients in the loop at line {loop.lineno}",
+                       "searched its body and the helpers it calls")]
+    if stepped is not None and not stepped.value.has(V.SCALER):
+        premises.append(kind_premise(stepped.name, stepped.value, V.OPTIMIZER))
+    else:
+        premises.append(proven(f"line {step.line} steps an optimizer",
+                               "a step the optimizer tables know"))
+    return premises
 
 
 def _optimizer_never_reset(analysis: FileAnalysis, facts, loop):

@@ -123,6 +123,7 @@ from ..analysis.core.events import Backward, LocalCall
 from ..analysis.topics.optimizers import (SCALE_INVARIANT, SGD_LIKE, OptimizerKind, clip_calls,
                                           is_clip, stepped_optimizer)
 from ..findings import ERROR, WARNING, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 
@@ -130,6 +131,9 @@ class UnscaledAccumulation(Rule):
     code = "TPF004"
     name = "unscaled-accumulation"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the optimizer steps once per k backwards and the loss is not divided by k",
+                    "the accumulation window and the loss's divisions were followed to the backward"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for window in windows(analysis):

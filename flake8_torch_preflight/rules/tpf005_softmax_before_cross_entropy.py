@@ -63,6 +63,7 @@ from ..analysis.topics import losses as L
 from ..analysis.core import values as V
 from ..analysis.core.astutil import short
 from ..findings import ERROR, NOTE, Finding, FixPlan
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 
@@ -70,6 +71,9 @@ class SoftmaxBeforeCrossEntropy(Rule):
     code = "TPF005"
     name = "softmax-before-cross-entropy"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the loss gets the softmax output of a layer or call the analysis resolved",
+                    "the loss class and the activation were seen built"),)
     fix_safety = "safe"
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:

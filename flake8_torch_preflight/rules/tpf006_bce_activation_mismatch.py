@@ -63,6 +63,7 @@ from ..analysis.topics import losses as L
 from ..analysis.core import values as V
 from ..analysis.core.astutil import short
 from ..findings import ERROR, WARNING, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 
@@ -73,6 +74,9 @@ class BceActivationMismatch(Rule):
     code = "TPF006"
     name = "bce-activation-mismatch"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the BCE loss gets an input whose activation the analysis resolved",
+                    "the loss class and the activation were seen built"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for facts in analysis.all_facts():

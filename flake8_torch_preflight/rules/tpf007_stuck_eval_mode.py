@@ -46,6 +46,9 @@ a frozen batch-norm backbone, must not get it). A helper that is never undone is
 human.
 
 ## Known limits
+An error needs every premise proven: when the loop's own training forward is not visible
+and the switched model is only taken for the trained one, the finding is a warning that
+says so. `deepcopy(model).eval()` switches the copy, never `model`.
 Quiet in Lightning modules and HF `Trainer` subclasses (the framework toggles modes), when
 the `eval()` and a `train()` are chosen by the same condition (`if phase == "train": ...
 else: ...`), when the `eval()` only runs on the last iteration (`if epoch == epochs - 1:`, or
@@ -90,6 +93,7 @@ from ..analysis.topics.modes import (ModeEvent, cond_texts, exits_after, frozen_
                                      function_events, last_iteration_only, loop_events,
                                      optimized_modules, related)
 from ..findings import ERROR, Finding, FixPlan
+from ..analysis.core.provenance import Premise, assumed, proven
 from .base import Rule
 
 
@@ -167,7 +171,8 @@ class StuckEvalMode(Rule):
                             or unreachable(analysis, facts, event.site):
                         continue   # changes nothing, or in a branch this program never takes
                     reported.add(key)
-                    yield self._report(event, work, loop, facts)
+                    yield self._report(event, work, loop, facts,
+                                       _premises(analysis, facts, event, events, optimized))
 
     def _stuck(self, events: List[ModeEvent], i: int, loop, exits, frozen, optimized):
         """The backward reached from eval event `i` with no train() on the way, or None."""
@@ -221,7 +226,7 @@ class StuckEvalMode(Rule):
                 return True
         return False
 
-    def _report(self, event: ModeEvent, work: ModeEvent, loop, facts) -> Finding:
+    def _report(self, event: ModeEvent, work: ModeEvent, loop, facts, premises) -> Finding:
         # An unnamed receiver (`validate(task.get_eval_model(), ...)`) is described in words,
         # never rendered as code.
         if event.receiver:
@@ -241,7 +246,8 @@ class StuckEvalMode(Rule):
         fix = (f"call {train if event.receiver else '`train()` on the trained model'} at the "
                f"top of the loop at line {loop.lineno} (or at the top of the training helper)")
         plan, why = _train_plan(event, loop, facts)
-        return self.finding(event.site, what, evidence, fix, plan=plan, no_autofix=why)
+        return self.finding(event.site, what, evidence, fix, plan=plan, no_autofix=why,
+                            premises=premises)
 
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -270,3 +276,25 @@ def _receiver_node(event: ModeEvent) -> Optional[ast.AST]:
         candidates.insert(0, call.func.value)
     return next((c for c in candidates if isinstance(c, (ast.Name, ast.Attribute))
                  and ast.unparse(c) == event.receiver), None)
+
+
+def _premises(analysis, facts, event: ModeEvent, events, optimized) -> List[Premise]:
+    """The chain of a stuck eval mode: what `eval()` switches is the object the loop trains
+    (proven when its own training forward is seen, assumed when the loop's forward is not
+    visible and it is taken for the trained model), and nothing switches it back (the
+    iteration, helpers expanded, was searched)."""
+    who = f"`{event.receiver}`" if event.receiver else "the model passed to it"
+    premises = [proven(f"nothing switches {who} back to training",
+                       "searched the iteration, helpers included, round the loop")]
+    forwards = [e for e in events if e.kind == "forward" and not e.no_grad]
+    if event.receiver and any(e.receiver is not None and related(e.receiver, event.receiver)
+                              or any(related(a, event.receiver) for a in e.aliases)
+                              for e in forwards) or any(related(t, event.receiver or "")
+                                                        for t in optimized if event.receiver):
+        premises.append(proven(f"{who} is the model the loop trains",
+                               "its forward with autograd on, or its optimizer, is seen"))
+    else:
+        premises.append(assumed(f"{who} is the model the loop trains",
+                                f"{who} is taken for the trained model because the loop's "
+                                f"training forward is not visible"))
+    return premises

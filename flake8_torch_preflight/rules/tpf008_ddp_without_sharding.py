@@ -74,6 +74,7 @@ from ..analysis.topics.distributed import (ForgottenSampler, assigned_name, ddp_
                                            loaders_beside_unused_sampler, sharding_reason,
                                            training_loaders)
 from ..findings import ERROR, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 
@@ -81,6 +82,9 @@ class DdpWithoutSharding(Rule):
     code = "TPF008"
     name = "ddp-without-sharding"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the training loader is not sharded across ranks",
+                    "searched its sampler, its dataset, and every prepare/setup call of the file"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         reported = set()

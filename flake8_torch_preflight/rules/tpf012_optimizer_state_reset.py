@@ -64,6 +64,7 @@ from ..analysis.core.astutil import declared_outer, dotted, keyword, names_read,
 from ..analysis.core.events import CallSite, FunctionFacts
 from ..analysis.semantics.nn_module import RETURNS_SELF
 from ..findings import ERROR, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 _STEPS = {"optimizer": ("step",), "scaler": ("step", "update", "scale"), "scheduler": ("step",)}
@@ -80,6 +81,9 @@ class OptimizerStateReset(Rule):
     code = "TPF012"
     name = "optimizer-state-reset"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the optimizer is rebuilt inside the training loop",
+                    "its construction was seen in the loop"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for facts in analysis.all_facts():

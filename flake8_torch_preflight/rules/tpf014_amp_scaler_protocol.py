@@ -66,6 +66,7 @@ from ..analysis.topics.amp import (CLIP, SCALE, SCALER_STEP, UNSCALE, UPDATE, Ev
                                    exclusive, opaque, scaled_loops)
 from ..analysis.core.astutil import short
 from ..findings import ERROR, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 
@@ -73,6 +74,9 @@ class AmpScalerProtocol(Rule):
     code = "TPF014"
     name = "amp-scaler-protocol"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the GradScaler protocol is broken in the iteration",
+                    "the scaler's scale/unscale/step calls of the iteration were searched"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         reported = set()

@@ -68,6 +68,7 @@ from ..analysis.topics.accumulation import (MICRO_LOOP, HookUndoes, Window,
 from ..analysis.core.astutil import short
 from ..analysis.core.events import Site
 from ..findings import ERROR, WARNING, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 
@@ -75,6 +76,9 @@ class AccumulationUndone(Rule):
     code = "TPF015"
     name = "accumulation-undone"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("a reset undoes accumulated gradients before the step",
+                    "the accumulation window and its resets were followed"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for window in windows(analysis):

@@ -59,6 +59,7 @@ from ..analysis.topics.bare_statements import (LOSS_KIND, MODULE_KIND, OPTIMIZER
                                                bare_statements)
 from ..analysis.core.events import Site
 from ..findings import ERROR, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 # (method, receiver kind) -> what silently does not happen
@@ -89,6 +90,9 @@ class CallWithoutParentheses(Rule):
     code = "TPF016"
     name = "call-without-parentheses"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the statement names a callable without calling it",
+                    "the object's kind was seen built or resolved"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for item in bare_statements(analysis):

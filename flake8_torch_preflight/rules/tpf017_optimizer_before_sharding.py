@@ -62,6 +62,7 @@ from ..analysis import FileAnalysis
 from ..analysis.core.astutil import short
 from ..analysis.topics.sharding_order import FSDP1, FSDP2, EarlyOptimizer, early_optimizers
 from ..findings import ERROR, Finding
+from ..analysis.core.provenance import proven
 from .base import Rule
 
 _EFFECT = {
@@ -74,6 +75,9 @@ class OptimizerBeforeSharding(Rule):
     code = "TPF017"
     name = "optimizer-before-sharding"
     severity = ERROR
+    # the premises every finding of this rule rests on (each proven by the search named)
+    chain = (proven("the optimizer holds the parameters that the sharding wrapper replaces",
+                    "its construction and the wrap were seen in order"),)
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for early in early_optimizers(analysis):

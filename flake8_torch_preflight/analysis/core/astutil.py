@@ -137,3 +137,19 @@ def store_count(scope: ast.AST, name: str) -> int:
     return sum(1 for node in ast.walk(scope)
                if isinstance(node, ast.Name) and node.id == name
                and isinstance(node.ctx, (ast.Store, ast.Del)))
+
+
+def reached_from(expr: Optional[ast.AST]) -> Optional[str]:
+    """The longest name chain an expression is reached from (`model` for
+    `model.get_classifier()`, `model.blocks` for `model.blocks[-1]`); None if none."""
+    while expr is not None:
+        text = dotted(expr)
+        if text is not None:
+            return text
+        if isinstance(expr, ast.Call):
+            expr = expr.func.value if isinstance(expr.func, ast.Attribute) else None
+        elif isinstance(expr, (ast.Attribute, ast.Subscript)):
+            expr = expr.value
+        else:
+            return None
+    return None

@@ -75,6 +75,7 @@ class FlowAnalyzer:
         self.no_grad = bool(func and func.grad_disabled_by_decorators)
         self.accumulate = False
         self.eval_mode = False
+        self.freezes_at_exit: Dict[ast.AST, List[str]] = {}   # loop -> modules it freezes
         self.comprehension_names: FrozenSet[str] = frozenset()
         self.unseen_call = False    # the call being evaluated has a callee we cannot see into
         self.scope = func.qualname if func else "<module>"
@@ -275,6 +276,8 @@ class FlowAnalyzer:
         after.iteration.update(body_written)
         self.loops.pop()
         self.env = after
+        for module in self.freezes_at_exit.pop(node, ()):
+            self.record_freeze(node, module)   # every parameter of `module` was frozen
         self.run(node.orelse)
 
     def walk_iteration(self, node, start: Env, enter: Callable[[], None]) -> Tuple[Env, set]:
@@ -678,7 +681,25 @@ class FlowAnalyzer:
         instance = Value(tags=frozenset(tags), cls=cls, node=call.node)
         if init is not None:
             self.call_function(call.node, init, call.args, call.kwargs, instance, track=True)
+        if cls.is_module and self.class_records_no_graph(cls):
+            instance = instance.with_tags(V.FROZEN)
         return instance
+
+    def class_records_no_graph(self, cls) -> bool:
+        """A module class whose objects record no graph of their own: its `__init__` freezes
+        `self` (`self.requires_grad_(False)`, `p.requires_grad = False` over
+        `self.parameters()`), or its `forward` runs with autograd off."""
+        init, forward = cls.method("__init__"), cls.method("forward")
+        if forward is not None and forward_without_grad(forward, self.qualname_in(forward)):
+            return True
+        if init is None or init is self.func:
+            return False
+        receiver = init.params[0] if init.params else "self"
+        return any(f.module == receiver for f in self.a.facts_for(init).freezes)
+
+    def qualname_in(self, func):
+        home = func.home if func.home is not None else self.a
+        return home.imports.qualname
 
     # ------------------------------------------------------------------ interprocedural
     def call_function(self, node, func, args, kwargs, receiver: Optional[Value], track=True) -> Value:
@@ -707,15 +728,17 @@ class FlowAnalyzer:
     def forward(self, node, module: Value, args, kwargs, result: Optional[Value] = None) -> Value:
         """`module(x)`: its forward's summary when the class is in the file (plus the
         activation it is known to end in), recorded as a forward pass."""
+        forward = module.cls.method("forward") if module.cls is not None else None
         if result is None:
             result = UNKNOWN
-            forward = module.cls.method("forward") if module.cls is not None else None
             if forward is not None:
                 result = self.call_function(node, forward, args, kwargs, module, track=False)
             if module.activation is not None and not module.has(V.ACTIVATION_MODULE):
                 result = result.with_tags(module.activation)
+        no_grad = self.no_grad or (module.cls is not None and forward is not None
+                                   and forward_without_grad(forward, self.qualname_in(forward)))
         value = semantics.forward_output(node, module, result, list(args) + list(kwargs.values()),
-                                         self.no_grad)
+                                         no_grad)
         if self.recording:
             self.facts.forwards.append(Forward(self.site(node), module, value))
         return value
@@ -734,8 +757,25 @@ class FlowAnalyzer:
             self.facts.steps.append(Step(self.site(node), via))
 
     def record_freeze(self, node, module: str) -> None:
+        """`module` (as written) is frozen from here on: its value says so too, so what it
+        computes carries only its inputs' graphs."""
         if self.recording:
             self.facts.freezes.append(Freeze(self.site(node), module))
+        held = self.env.get(module)
+        if held is not None and held.has(V.MODULE) and not held.has(V.CONTAINER):
+            self.env[module] = held.with_tags(V.FROZEN)
+
+    def freeze_after_loop(self, loop, module: str) -> None:
+        """The body of `loop` (over `module.parameters()`) freezes each parameter on every
+        iteration: `module` is frozen once the loop ends, however many it has."""
+        self.freezes_at_exit.setdefault(loop, []).append(module)
+
+    def thaw(self, module: str) -> None:
+        """`module` (as written) trains its parameters again (`requires_grad_(True)`)."""
+        for key in [k for k in self.env if module == k or module.startswith(k + ".")]:
+            held = self.env[key]   # (a thawed head makes its whole model trainable too)
+            if held.has(V.FROZEN):
+                self.env[key] = held.with_tags(drop=frozenset({V.FROZEN}))
 
     def innermost_loop_binding(self, name: str):
         """The innermost enclosing `for` loop whose target binds `name`, or None."""
@@ -831,3 +871,39 @@ def _stored_expr(stmt: ast.AST) -> ast.AST:
 def _bound_names(target: ast.AST) -> FrozenSet[str]:
     """The names a `for` target binds (`g`, `(i, (x, y))`)."""
     return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def forward_without_grad(forward, qualname) -> bool:
+    """A `forward` whose results are all made with autograd off: decorated with
+    `torch.no_grad()`/`inference_mode()`, or each of its `return`s inside a `with` block that
+    turns autograd off (a feature extractor that keeps itself out of every graph)."""
+    if forward.grad_disabled_by_decorators:
+        return True
+    returns = _returns_under_grad_off(forward.node.body, qualname, False)
+    return bool(returns) and all(returns)
+
+
+def _returns_under_grad_off(body, qualname, off: bool) -> list:
+    """For each `return` of the body (not of nested functions): is autograd off there?"""
+    found = []
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, ast.Return):
+            found.append(off)
+            continue
+        inner = off or isinstance(stmt, (ast.With, ast.AsyncWith)) and any(
+            _grad_off_item(item, qualname) for item in stmt.items)
+        blocks = [getattr(stmt, name, None) or [] for name in ("body", "orelse", "finalbody")]
+        blocks += [handler.body for handler in getattr(stmt, "handlers", None) or []]
+        blocks += [case.body for case in getattr(stmt, "cases", None) or []]
+        for block in blocks:
+            found += _returns_under_grad_off(block, qualname, inner)
+    return found
+
+
+def _grad_off_item(item, qualname) -> bool:
+    expr = item.context_expr
+    call = expr if isinstance(expr, ast.Call) else None
+    qual = qualname(call.func if call is not None else expr)
+    return semantics.context_grad_mode(qual, call) is False

@@ -54,6 +54,19 @@ PARAMETER_FREE = "parameter_free"  # a torch.nn module that holds no parameters 
 # computed under `no_grad`, a tensor constructor's (`torch.randn`). A tensor without `grad`
 # but without this tag is only not known to carry a graph.
 DETACHED = "detached"
+# Identity and kind (the object model): `FRESH`, a new object made by a copy or a
+# construction that no name held before (`deepcopy(model).eval()` switches the copy);
+# `FACTORY`, a constructor held as a value (`partial(Block, dim=8)`, a class): calling it
+# builds an object, it is no forward; `BOUND_METHOD`, a method read off an object
+# (`f = model.create_dummy_batch`): calling it runs that method, not a submodule;
+# `FROZEN`, a module none of whose parameters records a graph (`requires_grad_(False)`,
+# `p.requires_grad = False` over its `parameters()`, a class that freezes itself or runs
+# its `forward` under `no_grad`/`inference_mode`): its output carries only its inputs' graphs.
+FRESH = "fresh"
+FACTORY = "factory"
+BOUND_METHOD = "bound_method"
+FROZEN = "frozen"
+_EVERY_PATH_TAGS = frozenset({FRESH, FROZEN})
 
 # Set by `join` when the joined values disagree on their activation (`x if self.training
 # else x.softmax(1)`, softmax on one branch only): rules that need the activation for sure
@@ -328,7 +341,8 @@ def _joined_tags(a: Value, b: Value, activation_unsure: bool) -> FrozenSet[str]:
     tags = a.tags | b.tags | ({ACTIVATION_UNSURE} if activation_unsure else set())
     if DETACHED in tags and not (a.graph_free and b.graph_free):
         tags = tags - {DETACHED}
-    return tags
+    # frozen or a new object only when it is on every path (`if args.freeze: ...`)
+    return tags - (_EVERY_PATH_TAGS - (a.tags & b.tags))
 
 
 def _joined_elements(a: Value, b: Value) -> Optional[Tuple[Value, ...]]:

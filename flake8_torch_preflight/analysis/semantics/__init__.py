@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # Import order is registration order: it decides between patterns of equal `order`.
 from . import torch, nn_module, tensor, optim, data, containers  # noqa: F401
-from . import accelerate, lightning, deepspeed, hf  # noqa: F401
+from . import accelerate, lightning, deepspeed, hf, stdlib  # noqa: F401
 from . import tensor_only  # noqa: F401
 from .containers import iterated_item
 from .conventions import parameter_value

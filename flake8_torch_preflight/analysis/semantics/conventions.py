@@ -50,14 +50,18 @@ def parameter_value(func, index: int, name: str) -> Value:
 
 
 def _annotated_module(func, name: str) -> bool:
-    """The parameter is annotated with `nn.Module` or a `torch.nn` layer class."""
+    """The parameter is annotated with `nn.Module`, a `torch.nn` layer class, or an
+    `nn.Module` class of its file (`unet: TinyUNet`): declared by the author, not guessed."""
     home = func.home
     args = getattr(func.node, "args", None)
     if home is None or args is None:
         return False
     for arg in args.posonlyargs + args.args + args.kwonlyargs:
         if arg.arg == name and arg.annotation is not None:
-            qual = home.imports.qualname(arg.annotation) or ""
+            annotation = arg.annotation
+            if isinstance(annotation, ast.Name) and annotation.id in home.index.classes:
+                return home.index.classes[annotation.id].is_module
+            qual = home.imports.qualname(annotation) or ""
             return qual == "torch.nn.Module" or api.is_torch_nn_class(qual)
     return False
 
@@ -88,6 +92,34 @@ def _calls_by_name(home) -> Dict[str, List[ast.Call]]:
     return table
 
 
+def _factory_names(home) -> frozenset:
+    """Names every binding of which in the file is a factory (`knn = partial(KnnModule,
+    k=20)`, a lambda, a class): passing the name passes a constructor. A name bound any
+    other way anywhere (a loop target, a parameter, another value) is not one."""
+    table = home.memo("conventions_factory_names")
+    if "<names>" not in table:
+        made: Dict[str, int] = {}
+        stores: Dict[str, int] = {}
+        for node in ast.walk(home.tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name) and _makes_factory(home, node.value):
+                made[node.targets[0].id] = made.get(node.targets[0].id, 0) + 1
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            elif isinstance(node, ast.arg):
+                stores[node.arg] = stores.get(node.arg, 0) + 2   # never a factory name
+        table["<names>"] = frozenset(name for name, n in made.items() if stores.get(name) == n)
+    return table["<names>"]
+
+
+def _makes_factory(home, value: ast.expr) -> bool:
+    if isinstance(value, ast.Lambda):
+        return True
+    if isinstance(value, ast.Name):
+        return value.id in home.index.classes
+    return isinstance(value, ast.Call) and home.imports.qualname(value.func) in _PARTIAL
+
+
 def _argument(func, call: ast.Call, index: int) -> Optional[ast.expr]:
     """What `call` passes for parameter `index` (None: defaulted, or behind `*`/`**`)."""
     offset = 1 if func.is_method and isinstance(call.func, ast.Attribute) else 0
@@ -111,7 +143,8 @@ def _is_factory(home, expr: ast.expr) -> bool:
         return True
     if isinstance(expr, ast.Call):
         return home.imports.qualname(expr.func) in _PARTIAL
-    if isinstance(expr, ast.Name) and expr.id in home.index.classes:
+    if isinstance(expr, ast.Name) and (expr.id in home.index.classes
+                                       or expr.id in _factory_names(home)):
         return True
     qual = home.imports.qualname(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
     if qual is None:

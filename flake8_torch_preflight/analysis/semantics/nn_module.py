@@ -6,7 +6,7 @@ from typing import Optional
 
 from . import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted, is_const
+from ..core.astutil import dotted, is_const, reached_from
 from ..core.values import UNKNOWN, Value, derived, join_all
 from .registry import (OPAQUE, Access, Call, callee, method, method_kind, other_attributes,
                        other_methods, qualified_matching)
@@ -112,12 +112,16 @@ def _mode_switch(call: Call) -> Optional[Value]:
     receiver, and `x.eval()` on a receiver of unknown kind (which it proves a module);
     anything else named `train()` (a trainer's) is not a mode switch."""
     root = call.receiver_text or _chain_root(call)
+    if not root and call.receiver.has(V.FRESH):
+        return call.receiver   # `deepcopy(model).eval()`: the copy's mode, no name's
     proven = _proven_module_by_eval(call)
     if not (call.receiver.has(V.MODULE) or _model_like(root) or proven):
         return None
     node = call.node
     to_eval = call.method == "eval" or (node.args and is_const(node.args[0], False))
     call.flow.record_mode(node, "eval" if to_eval else "train", root)
+    if to_eval and root and call.receiver.has(V.FROZEN):
+        call.flow.record_freeze(node, root)   # a frozen module kept in eval on purpose
     return proven or call.receiver
 
 
@@ -147,6 +151,11 @@ def _returns_self(call: Call) -> Value:
     if call.method == "requires_grad_" and call.node.args and is_const(call.node.args[0], False) \
             and call.receiver_text:
         call.flow.record_freeze(call.node, call.receiver_text)   # a frozen teacher / encoder
+        return call.receiver.with_tags(V.FROZEN)
+    owner = reached_from(call.receiver_node)
+    if call.method == "requires_grad_" and owner:
+        call.flow.thaw(owner)   # `requires_grad_()` (of a part, too): trainable again
+        return call.receiver.with_tags(drop=frozenset({V.FROZEN}))
     return call.receiver
 
 
@@ -185,6 +194,9 @@ def _submodule(access: Access) -> Optional[Value]:
     """`model.module`, `model.fc`: submodules of a module are modules."""
     if access.attr in _NOT_SUBMODULES:
         return None
+    cls = access.base.cls
+    if cls is not None and cls.method(access.attr) is not None:
+        return Value.of(V.BOUND_METHOD)   # `f = model.create_dummy_batch`: a method, no submodule
     return Value.of(V.MODULE, *(access.base.tags & {V.BY_NAME}))
 
 
@@ -194,6 +206,9 @@ def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) ->
     summary returned (a module class of the file) with the module's known activation,
     `inputs` the arguments' values."""
     line = node.lineno
+    if module.has(V.FROZEN):
+        # a frozen module makes no graph of its own: what it returns carries its inputs'
+        return derived(inputs, V.TENSOR, *(result.tags & V.ACTIVATION_TAGS or {V.LOGITS}))
     if module.has(V.PARAMETER_FREE) and (V.computed_without_graph(inputs)
                                          or any(v.grad for v in inputs)):
         # a layer with no parameters passes on its input's graph, and makes none of its own
@@ -204,7 +219,11 @@ def forward_output(node, module: Value, result: Value, inputs, no_grad: bool) ->
         tags.add(V.LOGITS)
     if module.has(V.LOSS_FN):
         tags = {V.TENSOR, V.LOSS} | (module.tags & {V.BY_NAME})
-    return Value(grad=not no_grad, graphs=V.union_graphs(frozenset({line}), result.graphs),
+    # the output shares its inputs' graphs too: a backward through it runs through theirs
+    graphs = V.union_graphs(frozenset({line}), result.graphs)
+    if not no_grad:
+        graphs = V.union_graphs(graphs, join_all(inputs).graphs)
+    return Value(grad=not no_grad, graphs=graphs,
                  origin=V.Origin(line, node),
                  tags=frozenset(tags) | (result.tags & {V.DIVIDED, V.LOSS}),
                  containers=result.containers | join_all(inputs).containers,

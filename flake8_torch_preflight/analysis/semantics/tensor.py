@@ -7,7 +7,7 @@ from typing import Optional
 
 from . import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted
+from ..core.astutil import dotted, is_const, reached_from
 from ..core.values import UNKNOWN, Value, derived
 from .registry import (GRAD, OPAQUE, Access, Call, assigned_attribute, attribute, method,
                        other_attributes, other_methods)
@@ -102,23 +102,48 @@ def _requires_grad_assigned(flow, stmt: ast.stmt) -> None:
     whose parameters the loop walks (a linear probe, a frozen encoder)."""
     value = getattr(stmt, "value", None)
     targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
-    if not (isinstance(value, ast.Constant) and value.value is False):
-        return
+    frozen = isinstance(value, ast.Constant) and value.value is False
     for target in targets:
-        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        if not isinstance(target, ast.Attribute):
+            continue
+        if not frozen:
+            thaw_parameters_of(flow, target.value)   # anything but False may train again
+            continue
+        if isinstance(target.value, ast.Name):
             loop = flow.innermost_loop_binding(target.value.id)
             module = _parameters_of(getattr(loop, "iter", None)) if loop is not None else None
             if module:
                 flow.record_freeze(stmt, module)
+                if stmt in loop.body:   # on every iteration: the whole module is frozen
+                    flow.freeze_after_loop(loop, module)
+
+
+def thaw_parameters_of(flow, expr: ast.AST) -> None:
+    """What `expr` is a parameter of trains again (`p.requires_grad = True` in a loop over
+    `model.get_classifier().parameters()`, `model.fc.weight.requires_grad_()`): the module
+    reached from it, or from the `parameters()` a loop binds it to, is no longer frozen."""
+    owner = reached_from(expr)
+    if owner is None:
+        return
+    loop = flow.innermost_loop_binding(owner) if "." not in owner else None
+    if loop is not None:
+        owner = reached_from(_parameters_call(getattr(loop, "iter", None))) or owner
+    flow.thaw(owner)
 
 
 def _parameters_of(expr) -> Optional[str]:
     """`model.backbone` for `model.backbone.parameters()` (also inside `enumerate(...)`)."""
+    call = _parameters_call(expr)
+    return dotted(call.func.value) if call is not None else None
+
+
+def _parameters_call(expr) -> Optional[ast.Call]:
+    """The `x.parameters()` call a loop iterates (also inside `enumerate(...)`), its receiver."""
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.args:
         expr = expr.args[0]
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
             and expr.func.attr in _PARAMETER_ITERATORS:
-        return dotted(expr.func.value)
+        return expr
     return None
 
 
@@ -168,6 +193,8 @@ def _keeps_graph(call: Call) -> Value:
     """Graph-keeping methods keep the receiver's graphs (and, for casts and views, its
     activation; `.cuda()` / `.to(<cuda>)` put it on the GPU)."""
     receiver = call.receiver
+    if call.method == "requires_grad_" and not (call.node.args and is_const(call.node.args[0], False)):
+        thaw_parameters_of(call.flow, call.receiver_node)
     keep = [t for t in receiver.tags if t in V.ACTIVATION_TAGS] \
         if call.method in _KEEPS_ACTIVATION else []
     on_cuda = call.method == "cuda" or (

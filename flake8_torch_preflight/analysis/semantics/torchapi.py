@@ -24,7 +24,9 @@ GRAPH_BREAKING_METHODS = frozenset(
     """detach detach_ item tolist numpy argmax argmin argsort size dim numel nelement
     element_size data_ptr eq ne lt le gt ge isnan isinf isfinite all any nonzero
     stride is_contiguous get_device""".split()
-)
+) | frozenset(
+    # casts to an integer or boolean dtype: such tensors cannot require grad (token ids)
+    "long int short byte bool char".split())
 GRAPH_BREAKING_ATTRS = frozenset(
     "data grad shape ndim dtype device is_cuda requires_grad grad_fn T_is_leaf".split()
 )

@@ -34,9 +34,12 @@ def epoch_loops(analysis, facts: FunctionFacts) -> List[ast.AST]:
 
 def argument_for(func, call: ast.Call, index: int) -> Optional[ast.expr]:
     """The expression a call passes for parameter `index` of `func` (None when defaulted)."""
-    offset = 1 if func.is_method and isinstance(call.func, ast.Attribute) else 0
+    # `obj.method(...)` and a construction `Cls(...)` (which runs `__init__`) both bind
+    # `self` without an argument; the object a construction makes has no expression yet
+    constructed = func.name == "__init__" and not isinstance(call.func, ast.Attribute)
+    offset = 1 if func.is_method and (isinstance(call.func, ast.Attribute) or constructed) else 0
     if offset and index == 0:
-        return call.func.value
+        return None if constructed else call.func.value
     pos = index - offset
     if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:pos + 1]):
         return call.args[pos]

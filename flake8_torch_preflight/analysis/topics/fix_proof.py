@@ -1,7 +1,10 @@
 """The proof a fix that removes gradient flow carries: the questions every fixable rule asks
 before it attaches a `.detach()` or a `@torch.no_grad()`.
 
-Two premises, each answered with None (proven) or the sentence saying which part failed:
+The proof is one use of the analysis's provenance (`core/provenance.py`): `detach_premises`
+and `no_grad_premises` give the fix's `Premise`s, proven or not, each saying what was
+searched; a fix is proposed only when all are proven. They are built from the questions
+below, each answered with None (proven) or the sentence saying which part failed:
 
 - `tensor_premise(value)`: the value is one tensor, made by a torch operation, a module or
   loss the analysis built or resolved (not a Python number, not a container, not a module
@@ -31,6 +34,7 @@ from ..core import values as V
 from ..core.astutil import dotted, short
 from ..core.events import FunctionFacts
 from ..core.memo import per_file
+from ..core.provenance import Premise
 from ..core.questions import Does
 from ..core.values import Value
 
@@ -59,6 +63,31 @@ def tensor_premise(value: Value) -> Optional[str]:
     if not value.has(V.TENSOR):
         return "is not proven a tensor"
     return None
+
+
+def detach_premises(analysis, text: str, value: Value, target: str, key: str,
+                    returns_freed: bool = False) -> Tuple[Premise, ...]:
+    """The premises of `.detach()` on `text` stored into `target` (container `key`), each
+    proven or not, with what was searched: the fix is proposed only when all hold."""
+    why = tensor_premise(value)
+    use = container_premise(analysis, key, returns_freed)
+    return (
+        Premise(f"`{text}` is one tensor",
+                f"`{text}` {why}" if why else "made by a torch operation or a module the "
+                                              "analysis resolved", why is None),
+        Premise(f"nothing made from `{target}` needs its graph",
+                f"what `{target}` holds {use}, which may need the graph" if use else
+                "searched every backward, loss, call it cannot see into, object store, yield "
+                "and return of the file, and the helpers they reach", use is None),
+    )
+
+
+def no_grad_premises(analysis, func) -> Tuple[Premise, ...]:
+    """The premise of `@torch.no_grad()` on `func` (see `function_premise`)."""
+    why = function_premise(analysis, func)
+    return (Premise(f"nothing `{func.name}()` computes needs a graph",
+                    why or "searched its calls, stores on objects, returns and helpers",
+                    why is None),)
 
 
 def carries(value: Value, key: str) -> bool:
