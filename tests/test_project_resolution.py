@@ -149,8 +149,8 @@ def test_two_different_classes_joined_are_no_class():
     from flake8_torch_preflight.analysis.project.index import ClassInfo
     from flake8_torch_preflight.analysis.core.values import Value, join
 
-    a = ClassInfo(ast.ClassDef(), "A", [])
-    b = ClassInfo(ast.ClassDef(), "B", [])
+    a = ClassInfo(ast.ClassDef(name="A"), "A", [])
+    b = ClassInfo(ast.ClassDef(name="B"), "B", [])
     assert join(Value(cls=a), Value(cls=b)).cls is None
     assert join(Value(cls=a), Value()).cls is a
     assert join(Value(cls=a), Value(cls=a)).cls is a
