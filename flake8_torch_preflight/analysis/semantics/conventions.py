@@ -78,38 +78,42 @@ def _callers_pass_factories(func, index: int) -> bool:
 
 
 def _calls_by_name(home) -> Dict[str, List[ast.Call]]:
-    """Callee name (`f` in `f(...)` and `obj.f(...)`) -> the calls of the file, built once."""
-    table = home.memo("conventions_calls_by_name")
-    if not table:
-        table["<built>"] = []
-        for node in ast.walk(home.tree):
-            if isinstance(node, ast.Call):
-                callee = node.func
-                name = callee.id if isinstance(callee, ast.Name) else \
-                    callee.attr if isinstance(callee, ast.Attribute) else None
-                if name is not None:
-                    table.setdefault(name, []).append(node)
-    return table
+    """Callee name (`f` in `f(...)` and `obj.f(...)`) -> the calls of the file."""
+    return _file_index(home)["calls"]
 
 
 def _factory_names(home) -> frozenset:
     """Names every binding of which in the file is a factory (`knn = partial(KnnModule,
     k=20)`, a lambda, a class): passing the name passes a constructor. A name bound any
     other way anywhere (a loop target, a parameter, another value) is not one."""
-    table = home.memo("conventions_factory_names")
-    if "<names>" not in table:
-        made: Dict[str, int] = {}
-        stores: Dict[str, int] = {}
-        for node in ast.walk(home.tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name) and _makes_factory(home, node.value):
-                made[node.targets[0].id] = made.get(node.targets[0].id, 0) + 1
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                stores[node.id] = stores.get(node.id, 0) + 1
-            elif isinstance(node, ast.arg):
-                stores[node.arg] = stores.get(node.arg, 0) + 2   # never a factory name
-        table["<names>"] = frozenset(name for name, n in made.items() if stores.get(name) == n)
-    return table["<names>"]
+    return _file_index(home)["factories"]
+
+
+def _file_index(home) -> Dict[str, object]:
+    """One walk of the file for both questions above, built once per file."""
+    table = home.memo("conventions_file_index")
+    if table:
+        return table
+    calls: Dict[str, List[ast.Call]] = {}
+    made: Dict[str, int] = {}
+    stores: Dict[str, int] = {}
+    for node in ast.walk(home.tree):
+        if isinstance(node, ast.Call):
+            callee = node.func
+            name = callee.id if isinstance(callee, ast.Name) else \
+                callee.attr if isinstance(callee, ast.Attribute) else None
+            if name is not None:
+                calls.setdefault(name, []).append(node)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and _makes_factory(home, node.value):
+            made[node.targets[0].id] = made.get(node.targets[0].id, 0) + 1
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.arg):
+            stores[node.arg] = stores.get(node.arg, 0) + 2   # never a factory name
+    table["calls"] = calls
+    table["factories"] = frozenset(name for name, n in made.items() if stores.get(name) == n)
+    return table
 
 
 def _makes_factory(home, value: ast.expr) -> bool:
