@@ -509,7 +509,12 @@ def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
     if isinstance(expr, ast.Subscript):
         return _hf_dataset(analysis, facts, expr.value, depth)
     text = dotted(expr)
-    if text is None or not _splits_keep_order(analysis, facts, text, depth):
+    return text is not None and _hf_named(analysis, facts, text, depth)
+
+
+def _hf_named(analysis, facts, text: str, depth: int) -> bool:
+    """`_hf_dataset` of a name (or attribute chain), judged by what binds it."""
+    if not _splits_keep_order(analysis, facts, text, depth):
         return False
     producers = [p for p in _producers(analysis, facts, text) if not is_const(p, None)]
     # `ds = ds.rename_column(...)` keeps whatever `ds` was: judged by the other producers
