@@ -115,3 +115,60 @@ def test_importers_share_one_analysis(tmp_path):
     lint_source(entries["train_b.py"], str(tmp_path / "train_b.py"))
     assert workspace._CACHE[str(tmp_path / "helpers.py")][1] is helpers
     assert all(helpers._facts[func] is facts for func, facts in computed.items())
+
+
+INIT_HELPERS = textwrap.dedent('''
+    import torch
+
+
+    def layer_init(layer, std=1.0):
+        torch.nn.init.orthogonal_(layer.weight, std)
+        return layer
+
+
+    def wrapped(layer, wrap):
+        layer = wrap(layer)
+        return layer
+''')
+
+CRITIC = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from inits import {helper}
+
+
+    class Critic(nn.Module):
+        def __init__(self, wrap):
+            super().__init__()
+            self.value = {helper}(nn.Linear(8, 1), wrap)
+
+        def get_value(self, x):
+            return self.value(torch.tanh(x))
+
+
+    def train(observations, returns, accum_steps, wrap):
+        critic = Critic(wrap)
+        optimizer = torch.optim.SGD(critic.parameters(), lr=0.01)
+        for i in range(len(observations)):
+            loss = ((critic.get_value(observations[i]) - returns[i]) ** 2).mean()
+            loss.backward()
+            if (i + 1) % accum_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+''')
+
+
+def test_identity_through_a_helper_of_another_file(tmp_path):
+    """`layer_init` returns the layer it is given: the caller's head is that `nn.Linear`, in
+    another file too; `wrapped` rebinds its parameter, so nothing is claimed of its result."""
+    (tmp_path / "inits.py").write_text(INIT_HELPERS)
+    _clear()
+    summary = summaries.for_module(str(tmp_path / "inits.py"))
+    assert summary.function("layer_init").returns_param == 0
+    assert summary.function("wrapped").returns_param is None
+    codes = {}
+    for helper in ("layer_init", "wrapped"):
+        path = tmp_path / f"train_{helper}.py"
+        path.write_text(CRITIC.format(helper=helper))
+        codes[helper] = {f.code for f in lint_source(path.read_text(), str(path))}
+    assert "TPF004" in codes["layer_init"] and "TPF004" not in codes["wrapped"]

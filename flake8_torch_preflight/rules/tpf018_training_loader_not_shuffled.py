@@ -19,7 +19,10 @@ single-device `Trainer`, when:
   too), a dataset class of the project (this file or another, within the cross-file depth)
   that defines `__getitem__` and no `__iter__` and derives from no `IterableDataset`, a
   `range(...)` or a tensor (a loader over indices), or what a plain function of the project
-  returns when every `return` of it is one of these (`make_train_dataset(args)`);
+  returns when every `return` of it is one of these (`make_train_dataset(args)`); a Hugging
+  Face split also through a project function that returns the dataset it is handed through
+  order-keeping methods (`ds = prepare_train_dataset(ds)`, `return ds.with_transform(...)`),
+  and as a parameter of a function of the file that every caller of the file fills with one;
 - nothing shuffles by other means: the dataset class neither shuffles nor draws an order
   (`random.shuffle`, `np.random.permutation`, `randperm`, `np.random.choice`, a
   `.shuffle()` / `.permutation()` method) in any method, and if it draws random numbers at

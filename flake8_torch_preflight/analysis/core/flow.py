@@ -22,6 +22,7 @@ from .. import semantics
 from . import values as V
 from .astutil import dotted
 from .context import FileContext
+from .identity import returned_parameter
 from .env import Env, carried_values_changed, merge_envs
 from ..project.index import FunctionInfo
 from .events import (Backward, CallSite, Cond, Forward, Freeze, FunctionFacts, LocalCall, ModeCall,
@@ -708,6 +709,9 @@ class FlowAnalyzer:
         bound = _bind_arguments(func, args, kwargs, receiver)
         if self.recording and track:
             self.record_passed_functions(node, func, bound)
+        returned = returned_parameter(func)
+        if returned is not None and returned in bound:
+            return bound[returned]      # `layer_init(nn.Linear(...))`: the argument itself
         ret = self.a.facts_for(func).returns
         if func.home is not None and func.home is not self.a and ret is not UNKNOWN:
             ret = ret.seen_from(node)   # a function of another project file

@@ -17,6 +17,8 @@ What depends on the caller is a parameter of the summary, filled in at the call:
 - `FunctionSummary.grad_mode`: "caller" when the function runs in whatever grad mode its
   caller is in (a result made under the caller's `torch.no_grad()` carries no graph: the
   interpreter drops it at the call), "off" under its own `@torch.no_grad()` decorator;
+- `FunctionSummary.returns_param`: a function that returns one of its parameters unchanged
+  (`def layer_init(layer): ...; return layer`) gives its caller that argument's object;
 - which argument is a model: `params` says which positions reach the returned value, and the
   caller's value says what it is.
 
@@ -36,9 +38,10 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..core import values as V
 from . import workspace
+from ..core.identity import returned_parameter
 from ..core.questions import Does
 
-SUMMARY_VERSION = "1"
+SUMMARY_VERSION = "2"
 _SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 
 
@@ -61,6 +64,7 @@ class FunctionSummary(NamedTuple):
     returns: ValueSummary
     stores: Tuple[Tuple[str, ValueSummary], ...]   # `self.x` attributes it assigns, and what
     grad_mode: str                      # "caller" or "off" (see the module docstring)
+    returns_param: Optional[int] = None  # the parameter every path returns unchanged (identity)
 
 
 class ClassSummary(NamedTuple):
@@ -144,7 +148,7 @@ def _function_summary(analysis, func) -> FunctionSummary:
         func.qualname, func.node.lineno, tuple(func.params), does, tuple(per_call),
         tuple(per_element), tuple(sorted(function_seeds(analysis, func))), tuple(loops_over),
         value_summary(facts.returns), stores,
-        "off" if func.grad_disabled_by_decorators else "caller")
+        "off" if func.grad_disabled_by_decorators else "caller", returned_parameter(func))
 
 
 def _class_summary(analysis, cls) -> ClassSummary:

@@ -505,16 +505,69 @@ def _hf_dataset(analysis, facts, expr: ast.expr, depth: int) -> bool:
         func = expr.func
         if qual is None and isinstance(func, ast.Attribute) and func.attr in HF_MAP_STYLE_KEEPING:
             return _hf_dataset(analysis, facts, func.value, depth)
-        return False
+        return _hf_returned(analysis, facts, expr, depth - 1)
     if isinstance(expr, ast.Subscript):
         return _hf_dataset(analysis, facts, expr.value, depth)
     text = dotted(expr)
-    if text is None or not _splits_keep_order(analysis, facts, text, depth):
+    return text is not None and _hf_named(analysis, facts, text, depth)
+
+
+def _hf_named(analysis, facts, text: str, depth: int) -> bool:
+    """`_hf_dataset` of a name (or attribute chain), judged by what binds it."""
+    if not _splits_keep_order(analysis, facts, text, depth):
         return False
     producers = [p for p in _producers(analysis, facts, text) if not is_const(p, None)]
     # `ds = ds.rename_column(...)` keeps whatever `ds` was: judged by the other producers
-    others = [p for p in producers if _order_kept_from(p) != text]
+    others = [p for p in producers if _order_kept_from(p) != text
+              and not _transforms_argument(analysis, facts, p, text)]
+    if not others and facts.func is not None and text in facts.func.params:
+        # a parameter, perhaps transformed in place of itself (`dataset = dataset.with_transform(...)`)
+        return _hf_from_callers(analysis, facts, facts.func.params.index(text), depth - 1)
     return bool(others) and all(_hf_dataset(analysis, facts, p, depth - 1) for p in others)
+
+
+def _hf_returned(analysis, facts, call: ast.Call, depth: int) -> bool:
+    """`make_train_dataset(args)`, `prepare_train_dataset(ds)`: a plain function of the project
+    whose every `return` is a Hugging Face dataset in its stored order (the diffusers scripts
+    build and transform their split in such a helper)."""
+    found = _project_function(analysis, facts, call) if depth >= 0 else None
+    if found is None:
+        return False
+    owner, func = found
+    returns = returned_expressions(owner, func)
+    func_facts = owner.facts_for(func)
+    return bool(returns) and all(_hf_dataset(owner, func_facts, value, depth) for value in returns)
+
+
+def _transforms_argument(analysis, facts, expr: ast.expr, text: str) -> bool:
+    """`ds = prepare_train_dataset(ds, accelerator)`: a plain function of the project that
+    returns the dataset it is given through order-keeping methods only (`dataset =
+    dataset.with_transform(...)`; `return dataset`) keeps whatever `ds` was before."""
+    if not isinstance(expr, ast.Call):
+        return False
+    found = _project_function(analysis, facts, expr)
+    if found is None:
+        return False
+    owner, func = found
+    index = next((i for i, param in enumerate(func.params)
+                  if dotted(argument_for(func, expr, i) or ast.Constant(None)) == text), None)
+    if index is None:
+        return False
+    name = func.params[index]
+    returns = returned_expressions(owner, func)
+    producers = _producers(owner, owner.facts_for(func), name)
+    return bool(returns) and all(_order_kept_from(value) == name for value in returns) \
+        and all(_order_kept_from(value) == name for value in producers)
+
+
+def _hf_from_callers(analysis, facts, index: int, depth: int) -> bool:
+    """A parameter of a function of this file: a Hugging Face dataset in its stored order when
+    every caller of the file passes one (`def prepare_train_dataset(dataset, ...)`)."""
+    callers = analysis.callers(facts.func) if depth >= 0 else []
+    passed = [(caller_facts, argument_for(facts.func, local.node, index))
+              for caller_facts, local in callers]
+    return bool(passed) and all(arg is not None and _hf_dataset(analysis, caller_facts, arg, depth)
+                                for caller_facts, arg in passed)
 
 
 def _splits_keep_order(analysis, facts, name: str, depth: int) -> bool:
