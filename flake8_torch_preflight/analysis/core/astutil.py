@@ -153,3 +153,15 @@ def reached_from(expr: Optional[ast.AST]) -> Optional[str]:
         else:
             return None
     return None
+
+
+def scope_nodes(body):
+    """The nodes of one scope's own code (not nested functions, classes or lambdas)."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                      ast.Lambda)):
+                todo.append(child)

@@ -14,7 +14,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ..semantics import torchapi as api
 from ..core import values as V
-from ..core.astutil import dotted, is_const, keyword, short, target_texts
+from ..core.astutil import dotted, is_const, keyword, scope_nodes, short, target_texts
 from ..core.constants import static_truth, unreachable
 from .epochs import (argument_for, epoch_loops, generator_epochs, iterated_loaders,
                      loaders_per_epoch, returned_expressions)
@@ -65,7 +65,7 @@ class Scope:
 def scope_of(analysis, facts: FunctionFacts) -> Scope:
     body = facts.func.node.body if facts.func is not None else analysis.tree.body
     producers: Dict[str, List[ast.expr]] = {}
-    for node in _walk_local(body):
+    for node in scope_nodes(body):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
@@ -649,15 +649,3 @@ def sets_epoch(analysis, facts: FunctionFacts, loop: ast.AST, sampler_node: ast.
             return True
         todo.extend(c.callee for c in helper.local_calls)
     return False
-
-
-# ------------------------------------------------------------------------ utilities
-def _walk_local(body):
-    todo = list(body)
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                continue
-            todo.append(child)

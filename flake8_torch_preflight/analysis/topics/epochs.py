@@ -11,7 +11,7 @@ import ast
 from typing import List, Optional, Tuple
 
 from ..core import values as V
-from ..core.astutil import dotted, iterated_expr
+from ..core.astutil import dotted, iterated_expr, scope_nodes
 from ..core.events import FunctionFacts
 from ..core.memo import per_file
 from ..core.values import Value
@@ -117,7 +117,7 @@ def _displayed_entries(analysis, facts: FunctionFacts):
     `name[<constant>] = value`; a name stored any other way is left out."""
     body = facts.func.node.body if facts.func is not None else analysis.tree.body
     bound, broken = {}, set()
-    for node in _scope_nodes(body):
+    for node in scope_nodes(body):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 _record_store(target, node.value, bound, broken)
@@ -158,18 +158,6 @@ def _stored_names(node) -> List[str]:
     targets = [getattr(node, "target", None)] + list(getattr(node, "targets", []))
     targets += [item.optional_vars for item in getattr(node, "items", [])]
     return [n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)]
-
-
-def _scope_nodes(body):
-    """The nodes of one scope's own code (not nested functions, classes or lambdas)."""
-    todo = list(body)
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                                      ast.Lambda)):
-                todo.append(child)
 
 
 def resolve_values(analysis, facts: FunctionFacts, value: Value, depth: int = 2) -> List[Value]:
