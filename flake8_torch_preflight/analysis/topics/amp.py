@@ -173,6 +173,14 @@ def _passes_scaler_away(call: CallSite) -> bool:
     return any(a.has(V.SCALER) for a in call.args)
 
 
+def _may_unscale(call: CallSite, what: Optional[str]) -> bool:
+    """An `unscale_` of the scaler, or of a receiver the analysis cannot type (a scaler bound
+    later in the helper's loop, one from elsewhere): a clip after it is not proven to see
+    scaled gradients, so it stays quiet."""
+    return what == UNSCALE or (call.method == UNSCALE and (call.receiver is None
+                                                           or not call.receiver.tags))
+
+
 @per_file("amp_helpers", guard=frozenset(), key_args=1)
 def _helper_events(analysis, func, depth: int = 0) -> FrozenSet[Tuple[str, Optional[ast.AST]]]:
     """What a file-local helper does with the scaler or the gradients, in order-free form:
@@ -184,7 +192,7 @@ def _helper_events(analysis, func, depth: int = 0) -> FrozenSet[Tuple[str, Optio
     unscaled_at = None
     for call in sorted(facts.calls, key=lambda c: (c.site.line, c.site.col)):
         what = _scaler_event(call)
-        if what == UNSCALE and unscaled_at is None:
+        if _may_unscale(call, what) and unscaled_at is None:
             unscaled_at = call.site.line
         if what is not None:
             events.append((what, call.node))
